@@ -1,0 +1,130 @@
+"""When and whether the patch set goes on: post-import hooks, apply / unpatch, and status()."""
+
+import sys
+from dataclasses import dataclass
+
+from . import registry
+from .registry import STATE, logger
+
+TRAINER_MODULE = "unsloth.models.diffusion_trainer"
+_hooks_registered = False
+_announced = set()
+
+
+def _log_once(level, message):
+    if message not in _announced:
+        _announced.add(message)
+        logger.log(level, message)
+
+
+def register_hooks():
+    """Apply once Unsloth's diffusion trainer module has run (or now, if it already has)."""
+    global _hooks_registered
+    if _hooks_registered:
+        return
+    import wrapt
+
+    _hooks_registered = True
+    wrapt.register_post_import_hook(_on_trainer_module, TRAINER_MODULE)
+    wrapt.register_post_import_hook(_on_unsloth, "unsloth")
+
+
+def _on_trainer_module(module):
+    # A hook that raises would make the user's `import unsloth` fail: report instead.
+    try:
+        if STATE.mode == registry.PENDING:
+            apply()
+    except Exception as error:  # noqa: BLE001 - reported, and everything is left original
+        _unsupported(f"the patch could not be applied ({type(error).__name__}: {error})")
+
+
+def _on_unsloth(module):
+    try:
+        if STATE.mode == registry.PENDING and TRAINER_MODULE not in sys.modules:
+            _unsupported("it has no masked-diffusion trainer (unsloth.models.diffusion_trainer)")
+    except Exception as error:  # noqa: BLE001
+        _unsupported(f"{type(error).__name__}: {error}")
+
+
+def _unsupported(reason):
+    from .detect import unsloth_version
+
+    STATE.mode, STATE.unsloth_version, STATE.reason = registry.UNSUPPORTED, unsloth_version(), reason
+    _log_once(
+        30,
+        f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version} is not supported: {reason}. "
+        "Nothing was patched; diffusion losses are Unsloth's own.",
+    )
+
+
+def disable(reason):
+    STATE.mode, STATE.reason = registry.DISABLED, reason
+    _log_once(20, f"unsloth_diffusion_norm: disabled by {reason}; nothing is patched.")
+
+
+def apply():
+    """Recognise the installed Unsloth and apply the matching patch set (all or nothing). Idempotent.
+
+    Returns status(). Raises RuntimeError, naming the release and what was missing, for an
+    Unsloth this plugin does not recognise; nothing is patched then."""
+    import importlib
+
+    from . import detect
+
+    if STATE.patches:
+        return status()
+    trainer_module = importlib.import_module(TRAINER_MODULE)
+    masked_module = importlib.import_module("unsloth.models.diffusion_masked")
+    profiles_module = importlib.import_module("unsloth.models.diffusion_profiles")
+    STATE.unsloth_version = detect.unsloth_version()
+    shape, missing = detect.recognise(trainer_module, masked_module, profiles_module)
+    STATE.shape = shape
+    if shape is None:
+        reason = "unrecognised diffusion internals; missing: " + ", ".join(missing)
+        _unsupported(reason)
+        raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}")
+    if shape == detect.NATIVE:
+        STATE.mode, STATE.reason = registry.NATIVE, "this release normalizes by the window natively"
+        return status()
+    from . import patches
+
+    registry.apply_all(patches.build(shape, trainer_module, masked_module, profiles_module))
+    STATE.mode, STATE.reason = registry.PATCHED, None
+    return status()
+
+
+def unpatch():
+    """Restore every original Unsloth object. Returns status() (mode 'pending' afterwards)."""
+    registry.revert_all()
+    if STATE.mode == registry.PATCHED:
+        STATE.mode = registry.PENDING
+    return status()
+
+
+@dataclass(frozen=True)
+class Status:
+    mode: str
+    unsloth_version: str
+    shape: str
+    reason: str
+    patches: tuple  # (name, why) for every applied patch
+
+    def __str__(self):
+        lines = [f"unsloth_diffusion_norm: mode={self.mode}, Unsloth {self.unsloth_version or 'not imported'}"]
+        if self.shape:
+            lines.append(f"  recognised shape: {self.shape}")
+        if self.reason:
+            lines.append(f"  reason: {self.reason}")
+        lines += [f"  patched {name}: {why}" for name, why in self.patches]
+        return "\n".join(lines)
+
+
+def status():
+    """Unsloth version, mode (pending / patched / native / disabled / unsupported) and every patch."""
+    return Status(
+        STATE.mode,
+        STATE.unsloth_version,
+        STATE.shape,
+        STATE.reason,
+        tuple((patch.name, patch.why) for patch in STATE.patches),
+    )

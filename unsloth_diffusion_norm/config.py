@@ -1,0 +1,28 @@
+"""The normalization flag: which denominator a masked-diffusion loss uses, per profile and per run."""
+
+FIELD = "diffusion_loss_normalization"
+WINDOW, MICROBATCH = "window", "microbatch"
+CHOICES = (WINDOW, MICROBATCH, None)
+# Upstream's name (Unsloth 2026.10.7+) for "divide by the whole accumulation window's masked tokens".
+GLOBAL_MASKED_TOKENS = "global_masked_tokens"
+HELP = (
+    "'window': divide each micro-batch's weighted loss sum by the masked-token count of the whole "
+    "optimizer step (NVIDIA's Nemotron-Labs-Diffusion normalization); 'microbatch': the profile's own "
+    "per-micro-batch normalization (Unsloth 2026.10.4-.6 behaviour); None: the profile's default."
+)
+
+
+def validate(value):
+    if value not in CHOICES:
+        raise ValueError(
+            f"{FIELD} must be 'window', 'microbatch' or None (the profile's default), got {value!r}."
+        )
+    return value
+
+
+def effective(profile, args):
+    """'window' or 'microbatch' for this profile under these training arguments."""
+    value = getattr(args, FIELD, None)
+    if value is not None:
+        return value
+    return WINDOW if getattr(profile, "loss_normalization", None) == GLOBAL_MASKED_TOKENS else MICROBATCH

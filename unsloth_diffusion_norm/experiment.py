@@ -1,0 +1,216 @@
+"""Run the real DiffusionTrainer on the tiny model, record what each window did, and judge it by the oracle.
+
+Shared by `reproduce`, the tests and the scripts. Nothing here imitates Unsloth or Trainer: the run is
+`Trainer.train()`, and a callback plus a pass-through view of `get_batch_samples` record the window's
+clean batches, the RNG state its noise came from, the weights it started at, its gradients and the
+weights after the optimizer step. The oracle replays the masks from that RNG state on its own.
+"""
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import torch
+
+from . import oracle
+from .tiny_model import EOS_ID, MASK_ID, write_tiny_checkpoint
+
+LEARNING_RATE = 0.1
+
+
+@dataclass
+class Example:
+    prompt: list
+    answer: list  # supervised tokens; the EOS that closes the answer is added unless eos=False
+    eos: bool = True
+
+    def row(self):
+        answer = self.answer + ([EOS_ID] if self.eos else [])
+        return {
+            "input_ids": self.prompt + answer,
+            "completion_mask": [0] * len(self.prompt) + [1] * len(answer),
+        }
+
+
+def tiny_checkpoint():
+    """A tiny checkpoint in a fresh temporary directory (written once per process)."""
+    global _CHECKPOINT
+    if _CHECKPOINT is None:
+        _CHECKPOINT = write_tiny_checkpoint(os.path.join(tempfile.mkdtemp(prefix="udn-"), "tiny"))
+    return _CHECKPOINT
+
+
+_CHECKPOINT = None
+
+
+def load_model(lora=False):
+    from unsloth import FastModel
+
+    model, tokenizer = FastModel.from_pretrained(
+        tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": "cpu"}
+    )
+    if lora:
+        # The LoRA-adapted head is not a plain nn.Linear, so the loss takes the dense-logit path.
+        model = FastModel.get_peft_model(
+            model,
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "v_proj", "down_proj", "diffusion_head"],
+            random_state=0,
+        )
+        for name, param in model.named_parameters():
+            if "lora_B" in name:  # LoRA starts at B=0, where A gets no gradient; move off it
+                torch.nn.init.normal_(param, std=0.02, generator=torch.Generator().manual_seed(1))
+    return model, tokenizer
+
+
+@dataclass
+class WindowRecord:
+    batches: list = None
+    rng_state: torch.Tensor = None
+    state_before: dict = None
+    grads: dict = None
+    params_after: dict = None
+    logged_loss: float = None
+
+
+@dataclass
+class Run:
+    windows: list = field(default_factory=list)
+    eval_loss: float = None
+    trainer: object = None
+    # A separately loaded copy of the model for the oracle: the trained model carries instance-level
+    # forwards installed by the training stack, which a deepcopy would keep bound to the live model.
+    reference_model: torch.nn.Module = None
+
+
+def _recorder(run):
+    from transformers import TrainerCallback
+
+    class Recorder(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kw):
+            record = run.windows[-1]
+            record.rng_state = torch.get_rng_state()
+            record.state_before = {n: p.detach().clone() for n, p in model.state_dict().items()}
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            run.windows[-1].grads = {
+                n: p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                for n, p in model.named_parameters()
+                if p.requires_grad
+            }
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            run.windows[-1].params_after = {
+                n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad
+            }
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs and run.windows:
+                run.windows[-1].logged_loss = logs["loss"]
+
+    return Recorder()
+
+
+def train(
+    examples,
+    gradient_accumulation_steps=2,
+    batch_size=1,
+    seed=0,
+    lora=False,
+    eval_examples=None,
+    **config,
+):
+    """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run."""
+    from datasets import Dataset
+    from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
+
+    model, tokenizer = load_model(lora=lora)
+    args = DiffusionConfig(
+        output_dir=tempfile.mkdtemp(prefix="udn-run-"),
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        num_train_epochs=1,
+        learning_rate=LEARNING_RATE,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        seed=seed,
+        bf16=False,
+        fp16=False,
+        max_length=None,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        completion_only_loss=True,
+        **config,
+    )
+    trainer = DiffusionTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list([e.row() for e in examples]),
+        eval_dataset=None if eval_examples is None else Dataset.from_list([e.row() for e in eval_examples]),
+        processing_class=tokenizer,
+    )
+    # Keep the data in the order given, so a case can place each micro-batch where it wants it.
+    trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
+    run = Run(trainer=trainer, reference_model=load_model(lora=lora)[0])
+    fetch = trainer.get_batch_samples
+
+    def get_batch_samples(*pos, **kw):
+        batches, count = fetch(*pos, **kw)
+        keep = ("input_ids", "attention_mask", "labels")
+        run.windows.append(
+            WindowRecord(batches=[{k: b[k].detach().cpu().clone() for k in keep if k in b} for b in batches])
+        )
+        return batches, count
+
+    trainer.get_batch_samples = get_batch_samples
+    trainer.add_callback(_recorder(run))
+    trainer.train()
+    return run
+
+
+@dataclass
+class Verdict:
+    """One window judged by the oracle. Errors are absolute; `worst` is the largest error/tolerance."""
+
+    reference_loss: float
+    logged_loss: float
+    counts: list
+    loss_error: float
+    grad_error: float
+    param_error: float
+    worst: float
+
+    @property
+    def ok(self):
+        return self.worst <= 1.0
+
+
+def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE):
+    model = run.reference_model
+    model.load_state_dict(record.state_before)
+    masks = oracle.replay_noise(record.batches, record.rng_state, eps, EOS_ID)
+    reference = oracle.window_reference(model, masks, MASK_ID, inverse_t)
+    before = dict(model.named_parameters())
+    ratios, grad_error, param_error = [], 0.0, 0.0
+    for name, ref in reference.grads.items():
+        got = record.grads[name]
+        error = oracle.max_error(got, ref)
+        grad_error = max(grad_error, error)
+        ratios.append(error / oracle.tolerance(ref))
+        expected = before[name].detach() - learning_rate * ref
+        error = oracle.max_error(record.params_after[name], expected)
+        param_error = max(param_error, error)
+        ratios.append(error / oracle.tolerance(expected))
+    loss_error = abs(record.logged_loss - reference.loss)
+    ratios.append(loss_error / oracle.tolerance(reference.loss))
+    return Verdict(
+        reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
+    )

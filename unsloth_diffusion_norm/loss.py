@@ -1,0 +1,83 @@
+"""The masked-diffusion loss of each patched release's code shape, with the denominator passed in.
+
+Window normalization lives here and nowhere else: a micro-batch's loss is its weighted sum S_g
+divided by `denominator` = the realized masked tokens of the whole window (or of the micro-batch
+itself for evaluation and direct calls). Everything else - the forward, the fused or dense head,
+the 1/p_mask weighting, the metrics - is the release's own arithmetic, op for op, so a GA=1 step is
+bitwise the release's.
+"""
+
+import torch
+
+WEIGHTINGS = ("inverse_t", "none", None)
+
+
+def check_weighting(profile, args):
+    weighting = profile.option(args, "diffusion_time_weighting")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(
+            f"Unsloth: {profile.name} does not support diffusion_time_weighting={weighting!r}."
+        )
+    return weighting
+
+
+def dense_cross_entropy(profile, model, noise, args, denominator, unsloth):
+    """Unsloth 2026.10.4 / .5: dense logits, F.cross_entropy, an early zero when nothing is masked."""
+    F = unsloth.F
+    weighting = check_weighting(profile, args)
+    input_ids, masked, p_mask = noise.input_ids, noise.masked, noise.p_mask
+    mask_id, _ = profile._token_ids(model, args)
+    model_inputs = {"input_ids": torch.where(masked, mask_id, input_ids)}
+    if noise.forward_mask is not None and not bool(noise.forward_mask.all()):
+        model_inputs["attention_mask"] = noise.forward_mask
+    logits = model(**model_inputs).logits
+    if profile.shift_logits:
+        logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+    if not bool(masked.any()):
+        return logits.sum() * 0.0, None, {"masked_fraction": 0.0}
+
+    token_loss = F.cross_entropy(logits[masked].float(), input_ids[masked], reduction="none")
+    if weighting == "inverse_t":
+        token_loss = token_loss / p_mask[masked]
+    loss = token_loss.sum() / denominator
+    metrics = {
+        "masked_fraction": (masked.sum() / noise.maskable.sum().clamp_min(1)).item(),
+        "masked_ce": F.cross_entropy(logits[masked].float(), input_ids[masked]).item(),
+    }
+    return loss, None, metrics
+
+
+def chunked_cross_entropy(profile, model, noise, args, denominator, unsloth):
+    """Unsloth 2026.10.6: chunked cross-entropy, taking hidden states when the head is fusable."""
+    weighting = check_weighting(profile, args)
+    input_ids, masked, p_mask = noise.input_ids, noise.masked, noise.p_mask
+    device = input_ids.device
+    mask_id, _ = profile._token_ids(model, args)
+    model_inputs = {"input_ids": torch.where(masked, mask_id, input_ids)}
+    if noise.forward_mask is not None:
+        model_inputs["attention_mask"] = noise.forward_mask
+    head = unsloth.fusable_head(model, unsloth.unwrap_diffusion_model(model))
+    with unsloth.head_returns_hidden(head):
+        hidden = model(**model_inputs).logits
+    if profile.shift_logits:
+        hidden = torch.cat([hidden[:, :1], hidden[:, :-1]], dim=1)
+
+    targets = torch.where(masked, input_ids, -100)
+    weights = masked.float()
+    if weighting == "inverse_t":
+        weights = weights / torch.where(masked, p_mask, 1.0)
+    weighted, ce_sum, count = unsloth.chunked_cross_entropy(
+        hidden,
+        targets,
+        weights,
+        weight=None if head is None else head.weight,
+        bias=None if head is None else head.bias,
+        compiled=unsloth.compile_loss(args, device),
+    )
+    loss = weighted / torch.as_tensor(denominator, device=device).clamp_min(1)
+    metrics = {
+        "masked_fraction": (count / noise.maskable.sum().clamp_min(1)).detach(),
+        "masked_ce": (ce_sum / count.clamp_min(1)).detach(),
+    }
+    return loss, None, metrics

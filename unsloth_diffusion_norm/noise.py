@@ -1,0 +1,42 @@
+"""The noise recipe of Unsloth 2026.10.4-.9, step for step, so a seed gives the release's own masks.
+
+EOS fills the padding, which is then attended; the maskable set is the response plus the EOS tail of
+rows that have one. Exactly two RNG draws per micro-batch, in this order: `t` per row, then one uniform
+per token. Only the moment of drawing moves (all of a window's draws before its first forward).
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Noise:
+    input_ids: torch.Tensor  # EOS-filled clean tokens
+    forward_mask: object  # attention mask for the forward, or None when padding is attended
+    maskable: torch.Tensor
+    masked: torch.Tensor
+    p_mask: torch.Tensor
+
+
+def draw(profile, model, inputs, args, response_mask):
+    input_ids = inputs["input_ids"]
+    attention_mask = inputs.get("attention_mask")
+    batch, length = input_ids.shape
+    device = input_ids.device
+    _, eos_id = profile._token_ids(model, args)
+    eps = float(profile.option(args, "diffusion_eps"))
+
+    maskable = response_mask(inputs)
+    forward_mask = attention_mask
+    if profile.pad_with_eos and attention_mask is not None and eos_id is not None:
+        padding = ~attention_mask.bool()
+        input_ids = input_ids.masked_fill(padding, eos_id)
+        if inputs.get("labels") is not None:
+            maskable = maskable | (padding & maskable.any(dim=1, keepdim=True))
+        forward_mask = None
+
+    t = torch.rand(batch, device=device)
+    p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)
+    masked = (torch.rand((batch, length), device=device) < p_mask) & maskable
+    return Noise(input_ids, forward_mask, maskable, masked, p_mask)

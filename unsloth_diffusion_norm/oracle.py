@@ -1,0 +1,97 @@
+"""An independent reference for the Nemotron-Labs-Diffusion objective over a whole window.
+
+Written from NVIDIA's published recipe, not from Unsloth's or this plugin's loss code: EOS-filled,
+attended padding; maskable = response tokens plus the EOS tail of rows that have a response;
+t ~ U(0,1) per row, p_mask = (1-eps)·t + eps, then one uniform per token; cross-entropy at masked
+positions divided by p_mask, summed over the window and divided by the window's masked-token count.
+Micro-batches of equal length go through the model in one forward; the gradient is taken once.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+# One place for the tolerance every comparison uses: fp32 round-off of the correct computation.
+ATOL, RTOL = 1e-6, 1e-5
+
+
+def tolerance(reference):
+    scale = reference.abs().max().item() if torch.is_tensor(reference) else abs(reference)
+    return ATOL + RTOL * scale
+
+
+def max_error(a, b):
+    return (a.detach().double() - b.detach().double()).abs().max().item() if a.numel() else 0.0
+
+
+@dataclass
+class Masks:
+    """One micro-batch as the model saw it: clean tokens, which were masked, and their p_mask."""
+
+    tokens: torch.Tensor
+    masked: torch.Tensor
+    p_mask: torch.Tensor
+
+
+def replay_noise(batches, rng_state, eps, eos_id):
+    """Draw each micro-batch's masks from `rng_state`, in micro-batch order, t before the per-token draw."""
+    masks = []
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(rng_state)
+        for batch in batches:
+            tokens, labels = batch["input_ids"], batch["labels"]
+            attention = batch.get("attention_mask")
+            padding = torch.zeros_like(tokens, dtype=torch.bool) if attention is None else attention == 0
+            tokens = torch.where(padding, eos_id, tokens)
+            response = (labels != -100) & ~padding
+            has_response = response.any(dim=1, keepdim=True)
+            maskable = response | (padding & has_response)
+            rows, length = tokens.shape
+            t = torch.rand(rows)
+            p_mask = ((1 - eps) * t + eps)[:, None].expand(rows, length)
+            masked = (torch.rand(rows, length) < p_mask) & maskable
+            masks.append(Masks(tokens, masked, p_mask))
+    return masks
+
+
+@dataclass
+class Reference:
+    loss: float
+    count: int  # masked tokens of the window
+    counts: list  # per micro-batch
+    grads: dict  # name -> gradient of every trainable parameter
+
+
+def window_loss(model, masks, mask_id, inverse_t=True):
+    """sum over the window of CE/p_mask at masked positions, divided by the window's masked tokens."""
+    total = sum(int(m.masked.sum()) for m in masks)
+    by_length = {}
+    for m in masks:
+        by_length.setdefault(m.tokens.shape[1], []).append(m)
+    summed = torch.zeros((), dtype=torch.float64)
+    for group in by_length.values():
+        tokens = torch.cat([m.tokens for m in group])
+        masked = torch.cat([m.masked for m in group])
+        p_mask = torch.cat([m.p_mask for m in group])
+        logits = model(input_ids=torch.where(masked, mask_id, tokens)).logits.float()
+        token_loss = F.cross_entropy(logits[masked], tokens[masked], reduction="none")
+        if inverse_t:
+            token_loss = token_loss / p_mask[masked]
+        summed = summed + token_loss.sum().double()
+    return (summed / max(total, 1)).float(), total
+
+
+def window_reference(model, masks, mask_id, inverse_t=True):
+    """The window's loss and the autograd gradient of every trainable parameter."""
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    loss, total = window_loss(model, masks, mask_id, inverse_t)
+    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    grads = {name: torch.zeros_like(p) if g is None else g for (name, p), g in zip(params.items(), grads)}
+    return Reference(loss.item(), total, [int(m.masked.sum()) for m in masks], grads)
+
+
+def evaluation_losses(model, masks, mask_id, inverse_t=True):
+    """Evaluation keeps the single-batch denominator: each micro-batch by its own masked count."""
+    with torch.no_grad():
+        return [window_loss(model, [m], mask_id, inverse_t)[0].item() for m in masks]

@@ -1,0 +1,141 @@
+"""A tiny bidirectional transformer shaped like NVIDIA's Nemotron-Labs-Diffusion remote code.
+
+What Unsloth relies on is kept: model_type / architecture names, an `AutoModel` entry, LoRA-able
+projection names (q/k/v/o, gate/up/down), gradient checkpointing, and a plain `nn.Linear`
+`diffusion_head` returned by `get_output_embeddings()` so the fused-head loss path can be taken.
+No dropout: the forward never touches the RNG, so noise draws alone decide the masks.
+"""
+
+import math
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import MaskedLMOutput
+
+from .configuration_nemotron_labs_diffusion import NemotronLabsDiffusionConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x):
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        size = self.heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, size, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, size, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, size, bias=False)
+        self.o_proj = nn.Linear(size, config.hidden_size, bias=False)
+
+    def forward(self, x, attention_bias):
+        batch, length, _ = x.shape
+        split = lambda t: t.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        if attention_bias is not None:
+            scores = scores + attention_bias
+        out = scores.softmax(-1) @ v  # bidirectional: no causal mask
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, attention_bias=None):
+        x = x + self.self_attn(self.input_layernorm(x), attention_bias)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class NemotronLabsDiffusionPreTrainedModel(PreTrainedModel):
+    config_class = NemotronLabsDiffusionConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["DecoderLayer"]
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
+
+
+class NemotronLabsDiffusionBackbone(NemotronLabsDiffusionPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def forward(self, input_ids, attention_mask=None):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.embed_tokens(input_ids) + self.embed_positions(positions)[None]
+        bias = None
+        if attention_mask is not None:
+            keep = attention_mask[:, None, None, :].bool()
+            bias = torch.zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(
+                ~keep, torch.finfo(x.dtype).min
+            )
+        for layer in self.layers:
+            x = layer(x, bias)
+        return self.norm(x)
+
+
+class NemotronLabsDiffusionModel(NemotronLabsDiffusionPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = NemotronLabsDiffusionBackbone(config)
+        self.diffusion_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self):
+        return self.diffusion_head
+
+    def set_output_embeddings(self, value):
+        self.diffusion_head = value
+
+    def forward(self, input_ids=None, attention_mask=None, **kwargs):
+        hidden = self.model(input_ids, attention_mask)
+        return MaskedLMOutput(logits=self.diffusion_head(hidden))
