@@ -43,24 +43,24 @@ def tiny_checkpoint():
 _CHECKPOINT = None
 
 
-def load_model(lora=False):
+def load_model(lora=None):
+    """The tiny model, full fine-tuning (lora=None) or LoRA on attention and MLP with the output head
+    frozen (lora="frozen-head": fused-head loss path) or trained as a saved module (lora="saved-head":
+    the head is no plain nn.Linear any more, so the loss takes the dense-logit path)."""
     from unsloth import FastModel
 
     model, tokenizer = FastModel.from_pretrained(
         tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": "cpu"}
     )
-    if lora:
-        # The LoRA-adapted head is not a plain nn.Linear, so the loss takes the dense-logit path.
+    if lora is not None:
+        extra = {"modules_to_save": ["diffusion_head"]} if lora == "saved-head" else {}
         model = FastModel.get_peft_model(
-            model,
-            r=4,
-            lora_alpha=8,
-            target_modules=["q_proj", "v_proj", "down_proj", "diffusion_head"],
-            random_state=0,
+            model, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], random_state=0, **extra
         )
+        generator = torch.Generator().manual_seed(1)
         for name, param in model.named_parameters():
             if "lora_B" in name:  # LoRA starts at B=0, where A gets no gradient; move off it
-                torch.nn.init.normal_(param, std=0.02, generator=torch.Generator().manual_seed(1))
+                torch.nn.init.normal_(param, std=0.02, generator=generator)
     return model, tokenizer
 
 
@@ -117,8 +117,9 @@ def train(
     gradient_accumulation_steps=2,
     batch_size=1,
     seed=0,
-    lora=False,
+    lora=None,
     eval_examples=None,
+    diffusion_profile=None,
     **config,
 ):
     """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run."""
@@ -156,6 +157,7 @@ def train(
         train_dataset=Dataset.from_list([e.row() for e in examples]),
         eval_dataset=None if eval_examples is None else Dataset.from_list([e.row() for e in eval_examples]),
         processing_class=tokenizer,
+        diffusion_profile=diffusion_profile,
     )
     # Keep the data in the order given, so a case can place each micro-batch where it wants it.
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)

@@ -1,0 +1,40 @@
+"""Real Unsloth, transformers, TRL and torch on CPU. The plugin is imported before Unsloth, as users do."""
+
+import os
+
+os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")  # CPU-only host: needed by `import unsloth`
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+import pytest  # noqa: E402
+
+import unsloth_diffusion_norm  # noqa: E402,F401 - before unsloth, the documented order
+import unsloth  # noqa: E402,F401
+
+
+# Parametrized at session scope so pytest runs every stock case first, then installs Unsloth's
+# gradient-accumulation rewrite of transformers.Trainer (irreversible) and runs them all again.
+@pytest.fixture(scope="session", params=["stock-trainer", "unsloth-ga-patched-trainer"])
+def trainer_stack(request):
+    if request.param == "unsloth-ga-patched-trainer":
+        import transformers
+        from unsloth.models._utils import patch_gradient_accumulation_fix
+
+        patch_gradient_accumulation_fix(transformers.Trainer)
+        assert transformers.Trainer.get_batch_samples.__name__ == "_unsloth_get_batch_samples"
+    return request.param
+
+
+@pytest.fixture
+def plugin():
+    """Patched for the test's duration, whatever an earlier test left."""
+    unsloth_diffusion_norm.apply()
+    yield unsloth_diffusion_norm
+    unsloth_diffusion_norm.apply()
+
+
+@pytest.fixture
+def unpatched():
+    unsloth_diffusion_norm.unpatch()
+    yield
+    unsloth_diffusion_norm.apply()

@@ -1,0 +1,201 @@
+"""Every case: Trainer.train() through the real DiffusionTrainer, each window judged by the oracle
+(logged loss, every gradient, every parameter after the SGD step). Unpatched controls must miss."""
+
+import pytest
+import torch
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm import experiment
+from unsloth_diffusion_norm.experiment import Example, judge
+
+ANSWER = list(range(20, 29))  # 9 tokens + EOS: equal-length answers
+# The unpatched run must miss the oracle by more than this many tolerances wherever counts differ.
+CONTROL_FACTOR = 100
+
+
+def equal_answers(n):
+    return [Example([10 + i, 11, 12], ANSWER) for i in range(n)]
+
+
+def padded_batch_examples():
+    lengths = [3, 9, 5, 7]  # batch 2, right padding: the EOS tail of the shorter row is maskable
+    return [Example([10, 11], list(range(30, 30 + n))) for n in lengths]
+
+
+CASES = {
+    "seed-0": dict(examples=equal_answers(4), seed=0),
+    "seed-1": dict(examples=equal_answers(4), seed=1),
+    "seed-2": dict(examples=equal_answers(4), seed=2),
+    "partial-last-window-ga3-over-5": dict(examples=equal_answers(5), gradient_accumulation_steps=3),
+    "micro-batch-without-supervised-tokens": dict(
+        examples=[Example([10, 11, 12], [], eos=False), *equal_answers(3)], seed=0
+    ),
+    "batch-2-right-padding": dict(examples=padded_batch_examples(), batch_size=2, seed=0),
+    "time-weighting-none": dict(
+        examples=equal_answers(4), seed=0, diffusion_time_weighting="none", inverse_t=False
+    ),
+    "lora-frozen-head-fused-path": dict(examples=equal_answers(4), seed=0, lora="frozen-head"),
+    "lora-saved-head-dense-path": dict(examples=equal_answers(4), seed=0, lora="saved-head"),
+    "llada-opted-into-window": dict(examples=equal_answers(4), seed=0, profile="llada"),
+}
+
+
+def run_case(examples, inverse_t=True, profile=None, **kwargs):
+    if "diffusion_time_weighting" in kwargs:
+        kwargs.setdefault("diffusion_time_weighting", kwargs.pop("diffusion_time_weighting"))
+    if profile is not None:
+        from unsloth.models.diffusion_profiles import diffusion_profiles
+
+        kwargs["diffusion_profile"] = next(p for p in diffusion_profiles() if p.name == profile)
+        kwargs["diffusion_loss_normalization"] = "window"
+    run = experiment.train(examples, **kwargs)
+    return [judge(run, window, inverse_t=inverse_t) for window in run.windows]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
+    spec = dict(CASES[case])
+    unsloth_diffusion_norm.apply()
+    verdicts = run_case(**spec)
+    for i, verdict in enumerate(verdicts):
+        assert verdict.ok, f"{case} window {i}: {verdict}"
+    if spec.pop("profile", None) is not None:
+        return  # the unpatched LLaDA objective is another formula (answer length), not a bug
+    unsloth_diffusion_norm.unpatch()
+    try:
+        controls = run_case(**spec)
+    finally:
+        unsloth_diffusion_norm.apply()
+    for verdict, control in zip(verdicts, controls):
+        assert control.counts == verdict.counts  # same seed, same masks
+        if len(verdict.counts) > 1 and len(set(verdict.counts)) > 1:
+            assert control.worst > CONTROL_FACTOR, f"{case}: the control could not fail: {control}"
+
+
+def _find_seed(examples, predicate, **kwargs):
+    for seed in range(40):
+        run = experiment.train(examples, seed=seed, **kwargs)
+        if predicate([judge(run, w).counts for w in run.windows]):
+            return seed, run
+    raise AssertionError("no seed in range(40) gives the wanted mask counts")
+
+
+def test_micro_batch_with_zero_masked_tokens(plugin, trainer_stack):
+    short = [Example([10 + i, 11], [20]) for i in range(4)]  # 2 maskable tokens per micro-batch
+    seed, run = _find_seed(short, lambda counts: any(0 in c and sum(c) > 0 for c in counts))
+    for window in run.windows:
+        assert judge(run, window).ok
+
+
+def test_all_empty_window_gives_zero_loss_and_zero_gradients(plugin, trainer_stack):
+    unsupervised = [Example([10 + i, 11, 12], [], eos=False) for i in range(4)]
+    run = experiment.train(unsupervised, seed=0)
+    for window in run.windows:
+        verdict = judge(run, window)
+        assert verdict.ok and verdict.counts == [0, 0]
+        assert window.logged_loss == 0.0
+        assert all(torch.count_nonzero(g) == 0 and torch.isfinite(g).all() for g in window.grads.values())
+
+
+def test_ga1_control_old_and_new_agree_bitwise(trainer_stack):
+    unsloth_diffusion_norm.apply()
+    patched = experiment.train(equal_answers(2), gradient_accumulation_steps=1, seed=0)
+    unsloth_diffusion_norm.unpatch()
+    try:
+        stock = experiment.train(equal_answers(2), gradient_accumulation_steps=1, seed=0)
+    finally:
+        unsloth_diffusion_norm.apply()
+    for ours, theirs in zip(patched.windows, stock.windows):
+        assert ours.logged_loss == theirs.logged_loss
+        for name in ours.grads:
+            assert torch.equal(ours.grads[name], theirs.grads[name]), name
+            assert torch.equal(ours.params_after[name], theirs.params_after[name]), name
+        assert judge(patched, ours).ok
+
+
+def test_microbatch_flag_reproduces_the_old_run_bitwise(trainer_stack):
+    unsloth_diffusion_norm.apply()
+    old_way = experiment.train(equal_answers(4), seed=1, diffusion_loss_normalization="microbatch")
+    unsloth_diffusion_norm.unpatch()
+    try:
+        stock = experiment.train(equal_answers(4), seed=1)
+    finally:
+        unsloth_diffusion_norm.apply()
+    for ours, theirs in zip(old_way.windows, stock.windows):
+        assert ours.logged_loss == theirs.logged_loss
+        assert all(torch.equal(ours.params_after[n], theirs.params_after[n]) for n in ours.params_after)
+
+
+def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack):
+    from unsloth.models.diffusion_profiles import diffusion_profiles
+
+    dream = next(p for p in diffusion_profiles() if p.name == "dream")
+    results = []
+    for patched in (True, False):
+        (unsloth_diffusion_norm.apply if patched else unsloth_diffusion_norm.unpatch)()
+        try:
+            results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))
+        finally:
+            unsloth_diffusion_norm.apply()
+    ours, theirs = results
+    for a, b in zip(ours.windows, theirs.windows):
+        assert a.logged_loss == b.logged_loss
+
+
+def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stack):
+    examples = [Example([10 + i, 11, 12], list(range(20, 20 + 6 + i))) for i in range(5)]
+    evals = [Example([14, 15], list(range(40, 47))), Example([16], list(range(50, 54)))]
+    run = experiment.train(examples, gradient_accumulation_steps=2, seed=5, eval_examples=evals)
+    assert [len(w.batches) for w in run.windows] == [2, 2, 1]
+    verdicts = [judge(run, w) for w in run.windows]
+    assert all(v.ok for v in verdicts), verdicts
+
+    # The oracle's own trajectory: three SGD steps from the initial weights with the same masks.
+    model = run.reference_model
+    model.load_state_dict(run.windows[0].state_before)
+    for window in run.windows:
+        masks = experiment.oracle.replay_noise(window.batches, window.rng_state, 1e-3, experiment.EOS_ID)
+        reference = experiment.oracle.window_reference(model, masks, experiment.MASK_ID)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param -= experiment.LEARNING_RATE * reference.grads[name]
+    final = dict(model.named_parameters())
+    trajectory_error = max(
+        experiment.oracle.max_error(run.windows[-1].params_after[n], final[n]) for n in final
+    )
+    print(f"parameter error after 3 updates vs the oracle trajectory: {trajectory_error:.3e}")
+    assert all(
+        experiment.oracle.max_error(run.windows[-1].params_after[n], final[n])
+        <= experiment.oracle.tolerance(final[n])
+        for n in final
+    )
+
+    # Evaluation keeps the single-batch denominator, and equals the unpatched release's bitwise.
+    trainer = run.trainer
+    seen = []  # (rng state, clean inputs) at each evaluation step, through a pass-through view
+    predict = trainer.prediction_step
+
+    def prediction_step(model_, inputs, *pos, **kw):
+        keep = ("input_ids", "attention_mask", "labels")
+        seen.append((torch.get_rng_state(), {k: inputs[k].clone() for k in keep if k in inputs}))
+        return predict(model_, inputs, *pos, **kw)
+
+    trainer.prediction_step = prediction_step
+    torch.manual_seed(1234)
+    ours = trainer.evaluate()["eval_loss"]
+    model.load_state_dict(trainer.model.state_dict())
+    losses = [
+        experiment.oracle.evaluation_losses(
+            model, experiment.oracle.replay_noise([batch], state, 1e-3, experiment.EOS_ID), experiment.MASK_ID
+        )[0]
+        for state, batch in seen
+    ]
+    expected = sum(losses) / len(losses)
+    assert abs(ours - expected) <= experiment.oracle.tolerance(expected)
+    unsloth_diffusion_norm.unpatch()
+    try:
+        torch.manual_seed(1234)
+        theirs = trainer.evaluate()["eval_loss"]
+    finally:
+        unsloth_diffusion_norm.apply()
+    assert ours == theirs

@@ -1,0 +1,64 @@
+"""The before / after / reference table: one optimizer step (batch 1, accumulation 2, two answers of
+equal length whose realized mask counts differ) on the tiny model, CPU, a few seconds after imports."""
+
+from . import experiment, oracle
+from .activation import apply, status, unpatch
+from .registry import NATIVE, PATCHED
+
+ANSWER = list(range(20, 32))  # 12 answer tokens + EOS per example
+EXAMPLES = [experiment.Example([10, 11, 12], ANSWER), experiment.Example([13, 14, 15], ANSWER)]
+
+
+def measure(seed):
+    run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed)
+    return experiment.judge(run, run.windows[0])
+
+
+def table(seed=0):
+    """Rows of (column, Verdict or None) for unpatched / plugin / upstream-native."""
+    mode = apply().mode if status().mode != NATIVE else NATIVE
+    columns = {}
+    if mode == PATCHED:
+        unpatch()
+        columns["unpatched"] = measure(seed)
+        apply()
+        columns["plugin"] = measure(seed)
+        columns["upstream-native"] = None
+    elif mode == NATIVE:
+        columns["unpatched"] = None
+        columns["plugin"] = None
+        columns["upstream-native"] = measure(seed)
+    return columns
+
+
+def render(columns):
+    judged = [v for v in columns.values() if v is not None]
+    reference = judged[0]
+    names = list(columns) + ["reference"]
+    cell = lambda value, fmt: "—" if value is None else format(value, fmt)
+    rows = [
+        ("loss", [cell(v and v.logged_loss, ".6f") for v in columns.values()] + [f"{reference.reference_loss:.6f}"]),
+        ("max abs grad error", [cell(v and v.grad_error, ".2e") for v in columns.values()] + ["0"]),
+        ("max abs param error after SGD step", [cell(v and v.param_error, ".2e") for v in columns.values()] + ["0"]),
+        ("worst error / tolerance", [cell(v and v.worst, ".3g") for v in columns.values()] + ["—"]),
+        ("within tolerance", [("—" if v is None else ("yes" if v.ok else "NO")) for v in columns.values()] + ["—"]),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [
+        f"Unsloth {status().unsloth_version}; realized masked tokens per micro-batch: {reference.counts} "
+        f"(window total {sum(reference.counts)}); tolerance per tensor {oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|",
+        "",
+        "| " + " | ".join([" " * width] + [f"{n:>15}" for n in names]) + " |",
+        "|" + "|".join(["-" * (width + 2)] + ["-" * 17 for _ in names]) + "|",
+    ]
+    lines += ["| " + " | ".join([f"{label:<{width}}"] + [f"{v:>15}" for v in values]) + " |" for label, values in rows]
+    return "\n".join(lines)
+
+
+def main(seed=0):
+    columns = table(seed)
+    print(render(columns))
+    plugin = columns.get("plugin") or columns.get("upstream-native")
+    unpatched = columns.get("unpatched")
+    ok = plugin is not None and plugin.ok and (unpatched is None or unpatched.worst > 100)
+    return 0 if ok else 1
