@@ -1,0 +1,30 @@
+# Two commands for a fresh machine:
+#   make reproduce   set up .venv with the pinned stack, then print the before/after/reference table
+#   make test        set up .venv with the pinned stack, then run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
+RUN := UNSLOTH_ALLOW_CPU=1
+
+.PHONY: setup reproduce test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements-dev.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -r requirements-dev.txt
+	# unsloth pulls torchvision, which cannot load beside the CPU torch and breaks `import unsloth`.
+	$(BIN)/pip uninstall -q -y torchvision
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+reproduce: setup
+	$(RUN) $(BIN)/unsloth-diffusion-norm reproduce
+
+test: setup
+	$(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) unsloth_compiled_cache
