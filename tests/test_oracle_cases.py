@@ -41,8 +41,6 @@ CASES = {
 
 
 def run_case(examples, inverse_t=True, profile=None, **kwargs):
-    if "diffusion_time_weighting" in kwargs:
-        kwargs.setdefault("diffusion_time_weighting", kwargs.pop("diffusion_time_weighting"))
     if profile is not None:
         from unsloth.models.diffusion_profiles import diffusion_profiles
 
