@@ -174,8 +174,7 @@ def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stac
     predict = trainer.prediction_step
 
     def prediction_step(model_, inputs, *pos, **kw):
-        keep = ("input_ids", "attention_mask", "labels")
-        seen.append((torch.get_rng_state(), {k: inputs[k].clone() for k in keep if k in inputs}))
+        seen.append((torch.get_rng_state(), experiment.clean_inputs(inputs)))
         return predict(model_, inputs, *pos, **kw)
 
     trainer.prediction_step = prediction_step

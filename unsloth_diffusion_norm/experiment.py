@@ -64,6 +64,12 @@ def load_model(lora=None):
     return model, tokenizer
 
 
+def clean_inputs(batch):
+    """A detached CPU copy of what the oracle needs from a micro-batch, whatever else it carries."""
+    keep = ("input_ids", "attention_mask", "labels")
+    return {k: batch[k].detach().cpu().clone() for k in keep if k in batch}
+
+
 @dataclass
 class WindowRecord:
     batches: list = None
@@ -166,10 +172,7 @@ def train(
 
     def get_batch_samples(*pos, **kw):
         batches, count = fetch(*pos, **kw)
-        keep = ("input_ids", "attention_mask", "labels")
-        run.windows.append(
-            WindowRecord(batches=[{k: b[k].detach().cpu().clone() for k in keep if k in b} for b in batches])
-        )
+        run.windows.append(WindowRecord(batches=[clean_inputs(b) for b in batches]))
         return batches, count
 
     trainer.get_batch_samples = get_batch_samples
