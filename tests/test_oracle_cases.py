@@ -170,29 +170,13 @@ def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stac
 
     # Evaluation keeps the single-batch denominator, and equals the unpatched release's bitwise.
     trainer = run.trainer
-    seen = []  # (rng state, clean inputs) at each evaluation step, through a pass-through view
-    predict = trainer.prediction_step
-
-    def prediction_step(model_, inputs, *pos, **kw):
-        seen.append((torch.get_rng_state(), experiment.clean_inputs(inputs)))
-        return predict(model_, inputs, *pos, **kw)
-
-    trainer.prediction_step = prediction_step
-    torch.manual_seed(1234)
-    ours = trainer.evaluate()["eval_loss"]
+    ours, seen = experiment.evaluate(trainer)
     model.load_state_dict(trainer.model.state_dict())
-    losses = [
-        experiment.oracle.evaluation_losses(
-            model, experiment.oracle.replay_noise([batch], state, 1e-3, experiment.EOS_ID), experiment.MASK_ID
-        )[0]
-        for state, batch in seen
-    ]
-    expected = sum(losses) / len(losses)
+    expected = experiment.expected_evaluation_loss(model, seen)
     assert abs(ours - expected) <= experiment.oracle.tolerance(expected)
     unsloth_diffusion_norm.unpatch()
     try:
-        torch.manual_seed(1234)
-        theirs = trainer.evaluate()["eval_loss"]
+        theirs, _ = experiment.evaluate(trainer)
     finally:
         unsloth_diffusion_norm.apply()
     assert ours == theirs

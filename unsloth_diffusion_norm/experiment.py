@@ -126,9 +126,11 @@ def train(
     lora=None,
     eval_examples=None,
     diffusion_profile=None,
+    before_train=None,
     **config,
 ):
-    """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run."""
+    """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run.
+    `before_train(trainer)` may attach more instruments; `config` goes to DiffusionConfig."""
     from datasets import Dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
@@ -177,6 +179,8 @@ def train(
 
     trainer.get_batch_samples = get_batch_samples
     trainer.add_callback(_recorder(run))
+    if before_train is not None:
+        before_train(trainer)
     trainer.train()
     return run
 
@@ -198,11 +202,14 @@ class Verdict:
         return self.worst <= 1.0
 
 
-def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE):
+def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE, ranks=None, rank_local=False):
+    """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
+    `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses)."""
     model = run.reference_model
     model.load_state_dict(record.state_before)
-    masks = oracle.replay_noise(record.batches, record.rng_state, eps, EOS_ID)
-    reference = oracle.window_reference(model, masks, MASK_ID, inverse_t)
+    ranks = ranks or [(record.batches, record.rng_state)]
+    masks = [oracle.replay_noise(batches, state, eps, EOS_ID) for batches, state in ranks]
+    reference = oracle.data_parallel_reference(model, masks, MASK_ID, inverse_t, rank_local)
     before = dict(model.named_parameters())
     ratios, grad_error, param_error = [], 0.0, 0.0
     for name, ref in reference.grads.items():
@@ -219,3 +226,31 @@ def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE):
     return Verdict(
         reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
     )
+
+
+def evaluate(trainer, seed=1234):
+    """trainer.evaluate() from a fixed RNG state; returns (eval_loss, [(rng state, clean inputs)] of each
+    evaluation step, seen through a pass-through view of prediction_step)."""
+    seen = []
+    predict = trainer.prediction_step
+
+    def prediction_step(model, inputs, *pos, **kw):
+        seen.append((torch.get_rng_state(), clean_inputs(inputs)))
+        return predict(model, inputs, *pos, **kw)
+
+    trainer.prediction_step = prediction_step
+    try:
+        torch.manual_seed(seed)
+        loss = trainer.evaluate()["eval_loss"]
+    finally:
+        del trainer.prediction_step
+    return loss, seen
+
+
+def expected_evaluation_loss(model, seen, eps=1e-3):
+    """The oracle's evaluation loss: each batch by its own masked count (no window), averaged."""
+    losses = [
+        oracle.evaluation_losses(model, oracle.replay_noise([batch], state, eps, EOS_ID), MASK_ID)[0]
+        for state, batch in seen
+    ]
+    return sum(losses) / len(losses)

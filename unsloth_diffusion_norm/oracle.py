@@ -91,6 +91,25 @@ def window_reference(model, masks, mask_id, inverse_t=True):
     return Reference(loss.item(), total, [int(m.masked.sum()) for m in masks], grads)
 
 
+def data_parallel_reference(model, masks_by_rank, mask_id, inverse_t=True, rank_local=False):
+    """What every rank's gradient must be after DDP's all-reduce.
+
+    Counts summed across ranks (average_tokens_across_devices=True): the one window of all ranks' data,
+    sum(S) / sum(N). Rank-local counts (False): the mean over ranks of each rank's own window loss, as
+    DDP averages the rank-local gradients."""
+    if not rank_local:
+        return window_reference(model, [m for masks in masks_by_rank for m in masks], mask_id, inverse_t)
+    references = [window_reference(model, masks, mask_id, inverse_t) for masks in masks_by_rank]
+    ranks = len(references)
+    grads = {name: sum(r.grads[name] for r in references) / ranks for name in references[0].grads}
+    return Reference(
+        sum(r.loss for r in references) / ranks,
+        sum(r.count for r in references),
+        [c for r in references for c in r.counts],
+        grads,
+    )
+
+
 def evaluation_losses(model, masks, mask_id, inverse_t=True):
     """Evaluation keeps the single-batch denominator: each micro-batch by its own masked count."""
     with torch.no_grad():

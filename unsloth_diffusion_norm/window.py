@@ -26,14 +26,31 @@ class Window:
 
 
 def data_parallel_rule(trainer):
-    """(reduce_count, loss_scale) for this trainer.
+    """(reduce_count, loss_scale) for this trainer: `counting_rule` bound to its accelerator."""
+    args, accelerator = trainer.args, trainer.accelerator
+    replicas, loss_scale = counting_rule(
+        args.average_tokens_across_devices,
+        args.world_size,
+        accelerator.num_processes,
+        getattr(accelerator, "parallelism_config", None),
+    )
+    if replicas is None:
+        return (lambda count: count), loss_scale
+    # One collective per window: every rank's local count, gathered once when the noise is drawn.
+    return (lambda count: accelerator.gather(count.reshape(1)).sum() // replicas), loss_scale
 
-    With average_tokens_across_devices and several ranks, the count is summed across ranks in one
-    collective per window; DDP then averages gradients over ranks, so each rank's loss is multiplied by
-    the number of ranks to leave the gradient of sum(S) / sum(N). Without it, each rank keeps its own
-    count (rank-local normalization, as asked)."""
-    args = trainer.args
-    if args.average_tokens_across_devices and args.world_size > 1:
-        accelerator = trainer.accelerator
-        return (lambda count: accelerator.gather(count).sum()), accelerator.num_processes
-    return (lambda count: count), 1
+
+def counting_rule(average_tokens_across_devices, world_size, num_processes, parallelism_config):
+    """(replicas, loss_scale): how a window's count is combined across processes, and the loss factor.
+
+    replicas is None for a rank-local count (one process, or average_tokens_across_devices=False, as
+    the user asked). Otherwise the counts of all processes are summed and divided by `replicas`, the
+    number of processes holding the same batch (tensor / context / sequence parallel ranks), so no
+    data is counted twice. DDP then averages gradients over the ranks that hold different data, so the
+    loss is multiplied by their number to leave the gradient of sum(S) / sum(N). Both numbers mirror
+    transformers' own Trainer (get_batch_samples and compute_loss, 5.x) for token-counted losses."""
+    if not (average_tokens_across_devices and world_size > 1):
+        return None, 1
+    if parallelism_config is None:
+        return 1, num_processes
+    return parallelism_config.non_data_parallel_size, num_processes // parallelism_config.tp_size

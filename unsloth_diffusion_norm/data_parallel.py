@@ -1,0 +1,388 @@
+"""Data-parallel runs on real processes: the plugin, Unsloth's DiffusionTrainer and the tiny model,
+launched with torchrun or `accelerate launch` (Gloo on CPU: the Trainer / accelerate code path that
+NCCL takes on GPUs).
+
+Every rank trains and records its windows (clean batches, RNG state, gradients, parameters). After
+training the ranks exchange what they saw, and each rank judges its own gradients and parameters
+against the oracle over all ranks' data with the same masks. One launch runs many cases, because a
+launch (process start plus `import unsloth`) costs far more than a case.
+
+    python -m unsloth_diffusion_norm.data_parallel [--ranks 2 3] [--json FILE]   # launches, prints the table
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+from .experiment import Example
+
+LONG = list(range(20, 32))  # 12 answer tokens + EOS
+SHORT = [20, 21, 22]  # 3 answer tokens + EOS
+EVAL_SEED = 1234
+
+
+def answers(tokens, n, first_prompt=10):
+    return [Example([first_prompt + i, 11], list(tokens)) for i in range(n)]
+
+
+def unsupervised(n):
+    return [Example([10 + i, 11, 12], [], eos=False) for i in range(n)]
+
+
+@dataclass
+class Case:
+    ranks: int
+    per_rank: list  # rank -> its examples, in order
+    gradient_accumulation_steps: int = 2
+    average_tokens_across_devices: bool = True
+    patched: bool = True  # False: the unpatched release, a control that must miss the oracle
+    evaluate: bool = False
+    # Unsloth's gradient-accumulation rewrite of transformers.Trainer (installed on GPU hosts at load
+    # time). Irreversible in a process, so such cases run last in their launch.
+    unsloth_ga_trainer: bool = False
+    seed: int = 3  # realized counts differ between micro-batches and between ranks
+
+    def examples(self):
+        """The global order: accelerate deals micro-batches round-robin (rank r gets r, r+W, ...)."""
+        return [rank[i] for i in range(len(self.per_rank[0])) for rank in self.per_rank]
+
+
+CASES = {
+    "unequal-counts": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], evaluate=True),
+    "unequal-counts-unpatched": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], patched=False),
+    "rank-with-zero-masked-tokens": Case(2, [answers(LONG, 2), unsupervised(2)]),
+    "all-ranks-empty": Case(2, [unsupervised(2), unsupervised(2)]),
+    "rank-local-counts": Case(
+        2, [answers(LONG, 2), answers(SHORT, 2, 14)], average_tokens_across_devices=False
+    ),
+    "ga3-partial-last-window": Case(
+        2, [answers(LONG, 2) + answers(SHORT, 2, 14), answers(SHORT, 3, 16) + answers(LONG, 1, 19)],
+        gradient_accumulation_steps=3,
+    ),
+    "unequal-counts-unsloth-ga-trainer": Case(
+        2, [answers(LONG, 2), answers(SHORT, 2, 14)], unsloth_ga_trainer=True
+    ),
+    "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
+    "three-ranks-rank-local": Case(
+        3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False
+    ),
+}
+
+# A collective issued by the library code while a window is fetched or trained on. DDP's gradient
+# all-reduce runs inside its C++ reducer and logging's loss gather runs outside the step: neither counts.
+COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "barrier",
+)
+
+
+class CollectiveCounter:
+    """Counts torch.distributed collectives per window: from each get_batch_samples call to the next."""
+
+    def __init__(self):
+        self.per_window = []
+        self.active = False
+        self.originals = {}
+        self.trainer = None
+
+    def attach(self, trainer):
+        import torch.distributed as dist
+
+        self.trainer = trainer
+
+        for name in COLLECTIVES:
+            self.originals[name] = original = getattr(dist, name)
+            setattr(dist, name, self._counted(original))
+        for method in ("get_batch_samples", "training_step"):
+            setattr(trainer, method, self._active(getattr(trainer, method), new_window=method == "get_batch_samples"))
+
+    def detach(self):
+        import torch.distributed as dist
+
+        for name, original in self.originals.items():
+            setattr(dist, name, original)
+        for method in ("training_step",):  # get_batch_samples stays the recorder's view
+            if self.trainer is not None:
+                self.trainer.__dict__.pop(method, None)
+
+    def _counted(self, original):
+        def collective(*pos, **kw):
+            if self.active:
+                self.per_window[-1] += 1
+            return original(*pos, **kw)
+
+        return collective
+
+    def _active(self, method, new_window):
+        def view(*pos, **kw):
+            if new_window:
+                self.per_window.append(0)
+            self.active = True
+            try:
+                return method(*pos, **kw)
+            finally:
+                self.active = False
+
+        return view
+
+
+@dataclass
+class RankResult:
+    case: str
+    rank: int
+    ranks: int
+    counts: list  # window -> rank -> realized masked tokens per micro-batch
+    logged_loss: list
+    reference_loss: list
+    grad_error: float
+    param_error: float
+    worst: float
+    collectives: list  # per window
+    model_wrapped: str
+    eval_loss: float = None
+    eval_reference: float = None
+    eval_unpatched: float = None
+    ok: bool = False
+
+
+def run_case(name, case):
+    """Train one case on this rank; every rank returns its own RankResult."""
+    import torch.distributed as dist
+
+    import unsloth_diffusion_norm
+
+    from . import experiment, oracle
+
+    (unsloth_diffusion_norm.apply if case.patched else unsloth_diffusion_norm.unpatch)()
+    if case.unsloth_ga_trainer:
+        import transformers
+        from unsloth.models._utils import patch_gradient_accumulation_fix
+
+        patch_gradient_accumulation_fix(transformers.Trainer)
+        assert transformers.Trainer.get_batch_samples.__name__ == "_unsloth_get_batch_samples"
+    counter = CollectiveCounter()
+    try:
+        run = experiment.train(
+            case.examples(),
+            gradient_accumulation_steps=case.gradient_accumulation_steps,
+            seed=case.seed,
+            eval_examples=case.examples() if case.evaluate else None,
+            average_tokens_across_devices=case.average_tokens_across_devices,
+            before_train=counter.attach,
+        )
+    finally:
+        counter.detach()
+    trainer = run.trainer
+    world, rank = dist.get_world_size(), dist.get_rank()
+    assert world == case.ranks, f"{name}: launched with {world} ranks, the case needs {case.ranks}"
+
+    seen = [None] * world
+    dist.all_gather_object(seen, [(w.batches, w.rng_state) for w in run.windows])
+    rank_local = not case.average_tokens_across_devices
+    verdicts = [
+        experiment.judge(run, window, ranks=[r[i] for r in seen], rank_local=rank_local)
+        for i, window in enumerate(run.windows)
+    ]
+    result = RankResult(
+        case=name,
+        rank=rank,
+        ranks=world,
+        counts=[[[int(m) for m in oracle_counts(r[i])] for r in seen] for i in range(len(run.windows))],
+        logged_loss=[w.logged_loss for w in run.windows],
+        reference_loss=[v.reference_loss for v in verdicts],
+        grad_error=max(v.grad_error for v in verdicts),
+        param_error=max(v.param_error for v in verdicts),
+        worst=max(v.worst for v in verdicts),
+        collectives=counter.per_window,
+        model_wrapped=type(trainer.model_wrapped).__name__,
+    )
+    if case.evaluate:
+        result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
+        everyone = [None] * world
+        dist.all_gather_object(everyone, evaluated)
+        model = run.reference_model
+        model.load_state_dict(trainer.model.state_dict())
+        result.eval_reference = experiment.expected_evaluation_loss(model, [s for r in everyone for s in r])
+        result.worst = max(
+            result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
+        )
+        unsloth_diffusion_norm.unpatch()
+        try:
+            result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
+        finally:
+            unsloth_diffusion_norm.apply()
+    result.ok = result.worst <= 1.0
+    return result
+
+
+def oracle_counts(rank_window):
+    """Realized masked tokens per micro-batch of one rank's window, replayed by the oracle."""
+    from . import oracle
+    from .tiny_model import EOS_ID
+
+    batches, state = rank_window
+    return [int(m.masked.sum()) for m in oracle.replay_noise(batches, state, 1e-3, EOS_ID)]
+
+
+def worker(names, out):
+    """Inside a launched process: run the named cases, gather every rank's results, rank 0 writes them."""
+    import contextlib
+    import io
+
+    import torch.distributed as dist
+
+    import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import unsloth  # noqa: F401
+
+    results = []
+    for name in names:
+        with contextlib.redirect_stdout(io.StringIO()):
+            mine = run_case(name, CASES[name])
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, asdict(mine))
+        results.extend(everyone)
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+LAUNCHERS = ("torchrun", "accelerate")
+
+
+def launch(ranks, names, launcher="torchrun", timeout=600):
+    """Start `ranks` real processes the way users do and return every rank's result of every case."""
+    out = tempfile.mkstemp(prefix="udn-ddp-", suffix=".json")[1]
+    module = ["-m", "unsloth_diffusion_norm.data_parallel", "--worker", "--json", out, "--cases", *names]
+    if launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    elif launcher == "accelerate":
+        command = [
+            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={ranks}",
+            "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0",
+        ]
+    else:
+        raise ValueError(f"launcher must be one of {LAUNCHERS}, not {launcher!r}")
+    env = {
+        **os.environ,
+        "UNSLOTH_ALLOW_CPU": "1",  # CPU-only host: needed by `import unsloth`
+        "OMP_NUM_THREADS": "1",  # several ranks share few cores
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
+    # Unsloth writes its compile cache into the working directory: keep it out of the user's.
+    done = subprocess.run(
+        command + module, env=env, cwd=tempfile.mkdtemp(prefix="udn-ddp-cwd-"),
+        capture_output=True, text=True, timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{launcher} with {ranks} ranks failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+        )
+    with open(out) as f:
+        results = json.load(f)
+    os.unlink(out)
+    return results
+
+
+def render(results):
+    """One row per case: counts per rank, loss vs reference, worst errors over ranks and windows."""
+    by_case = {}
+    for r in results:
+        by_case.setdefault(r["case"], []).append(r)
+    header = (
+        "| case | ranks | masked tokens per micro-batch, by rank (windows split by /) | loss | reference | "
+        "max grad error per rank | max param error | worst / tol | count collectives per window | within tolerance |"
+    )
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    for name, rows in by_case.items():
+        rows.sort(key=lambda r: r["rank"])
+        first = rows[0]
+        counts = " / ".join(" ".join(f"r{k}:{c}" for k, c in enumerate(window)) for window in first["counts"])
+        loss = " / ".join(f"{x:.6f}" for x in first["logged_loss"])
+        reference = " / ".join(f"{x:.6f}" for x in first["reference_loss"])
+        grads = " ".join(f"{r['grad_error']:.1e}" for r in rows)
+        params = max(r["param_error"] for r in rows)
+        worst = max(r["worst"] for r in rows)
+        collectives = sorted({tuple(r["collectives"]) for r in rows})
+        ok = all(r["ok"] for r in rows)
+        lines.append(
+            f"| {name} | {first['ranks']} | {counts} | {loss} | {reference} | {grads} | {params:.1e} | "
+            f"{worst:.3g} | {' '.join(map(str, collectives[0])) if len(collectives) == 1 else collectives} | "
+            f"{'yes' if ok else 'NO'} |"
+        )
+    evaluated = [r for r in results if r.get("eval_loss") is not None and r["rank"] == 0]
+    if evaluated:
+        lines.append("")
+        lines.append("| case | eval loss (rank 0) | oracle | unpatched release |")
+        lines.append("|---|---|---|---|")
+        for r in evaluated:
+            lines.append(f"| {r['case']} | {r['eval_loss']:.6f} | {r['eval_reference']:.6f} | {r['eval_unpatched']:.6f} |")
+    return "\n".join(lines)
+
+
+def plan(ranks):
+    """The cases of one launch; those that rewrite transformers.Trainer for good go last."""
+    names = [name for name, case in CASES.items() if case.ranks == ranks]
+    return sorted(names, key=lambda name: CASES[name].unsloth_ga_trainer)
+
+
+# One launch per size; both launchers users reach for are exercised.
+PLAN = {2: ("torchrun", plan(2)), 3: ("accelerate", plan(3))}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, nargs="+", default=sorted(PLAN), help="launch sizes to run")
+    parser.add_argument("--json", help="write every rank's results here")
+    parser.add_argument("--cases", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.cases, args.json)
+        return 0
+    results = []
+    for ranks in args.ranks:
+        launcher, names = PLAN[ranks]
+        results += launch(ranks, names, launcher)
+    from . import oracle
+    from .detect import unsloth_version
+
+    command = {"torchrun": "torchrun", "accelerate": "accelerate launch"}
+    launched = ", ".join(f"{ranks} ranks with {command[PLAN[ranks][0]]}" for ranks in args.ranks)
+    print(
+        f"Unsloth {unsloth_version()}; {launched}; Gloo on CPU; "
+        f"tolerance per tensor {oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|\n"
+    )
+    print(render(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if succeeded(results) else 1
+
+
+def succeeded(results):
+    """Every patched case within tolerance on every rank; every unpatched control misses."""
+    for r in results:
+        if CASES[r["case"]].patched != r["ok"]:
+            return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
