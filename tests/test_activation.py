@@ -1,10 +1,6 @@
 """Patches as data: they take, they come off, they apply once, and bad input gets a clear error."""
 
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 import wrapt
@@ -20,6 +16,12 @@ def nemotron():
     return next(p for p in diffusion_profiles() if p.name == "nemotron_labs_diffusion")
 
 
+MODE = unsloth_diffusion_norm.apply().mode
+patched_only = pytest.mark.skipif(MODE != registry.PATCHED, reason="patches of an affected release")
+native_only = pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
+
+
+@patched_only
 def test_patch_takes_and_comes_off(plugin):
     status = unsloth_diffusion_norm.status()
     assert status.mode == registry.PATCHED and status.unsloth_version
@@ -41,20 +43,50 @@ def test_patch_takes_and_comes_off(plugin):
     assert not hasattr(DiffusionConfig, config.FIELD)
 
 
+@native_only
+def test_native_release_keeps_its_training_path(plugin):
+    """Only the flag is added: every object on the training path is Unsloth's / transformers' own."""
+    import transformers
+
+    def training_path():
+        return {
+            **{f"DiffusionTrainer.{n}": vars(DiffusionTrainer).get(n) for n in TRAINING_PATH},
+            **{f"MaskedDiffusionProfile.{n}": vars(MaskedDiffusionProfile).get(n) for n in ("compute_loss", "prepare_batch")},
+            **{f"Trainer.{n}": v for n, v in vars(transformers.Trainer).items()},
+            "nemotron.loss_normalization": nemotron().loss_normalization,
+        }
+
+    patched = training_path()
+    status = unsloth_diffusion_norm.status()
+    assert status.mode == registry.NATIVE and [n for n, _ in status.patches] == [
+        "DiffusionTrainer.__init__", *(f"DiffusionConfig.{config.FIELD} ({k})" for k in ("dataclass field", "default")),
+        "DiffusionConfig.__init__",
+    ]
+    unsloth_diffusion_norm.unpatch()
+    original = training_path()
+    assert all(patched[k] is original[k] for k in original), [k for k in original if patched[k] is not original[k]]
+    assert original["nemotron.loss_normalization"] == config.GLOBAL_MASKED_TOKENS
+
+
+TRAINING_PATH = ("compute_loss", "get_batch_samples", "training_step", "prediction_step")
+
+
 def test_apply_is_idempotent_and_keeps_names_and_signatures(plugin):
     import inspect
 
     before = [(p.name, p.owner, p.attribute) for p in registry.STATE.patches]
-    wrapper = vars(MaskedDiffusionProfile)["compute_loss"]
+    wrapper = vars(DiffusionTrainer)["__init__"]
     unsloth_diffusion_norm.apply()
     unsloth_diffusion_norm.apply()
     assert [(p.name, p.owner, p.attribute) for p in registry.STATE.patches] == before
-    assert vars(MaskedDiffusionProfile)["compute_loss"] is wrapper
+    assert vars(DiffusionTrainer)["__init__"] is wrapper
     assert not isinstance(wrapper.__wrapped__, wrapt.FunctionWrapper)  # no stacking
-    assert MaskedDiffusionProfile.compute_loss.__name__ == "compute_loss"
-    assert list(inspect.signature(MaskedDiffusionProfile.compute_loss).parameters) == [
-        "self", "model", "inputs", "args", "num_items_in_batch"
-    ]
+    wrapped = [(DiffusionTrainer, "__init__")]
+    if MODE == registry.PATCHED:
+        wrapped.append((MaskedDiffusionProfile, "compute_loss"))
+    for owner, name in wrapped:
+        assert getattr(owner, name).__name__ == name
+        assert inspect.signature(getattr(owner, name)) == inspect.signature(vars(owner)[name].__wrapped__)
 
 
 CPU = dict(bf16=False, use_cpu=True)
@@ -87,50 +119,29 @@ def test_window_flag_on_a_non_masked_profile_is_refused_at_construction(plugin, 
                          diffusion_profile=block)
 
 
-def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched(caplog):
+# One piece each patch set relies on, removed from the real class to make a drifted shape.
+DRIFT = {
+    registry.PATCHED: (MaskedDiffusionProfile, "_token_ids"),
+    registry.NATIVE: (DiffusionTrainer, "_uses_global_masked_tokens"),
+}
+
+
+def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched():
+    owner, piece = DRIFT[MODE]
     unsloth_diffusion_norm.unpatch()
-    token_ids = MaskedDiffusionProfile._token_ids
-    del MaskedDiffusionProfile._token_ids
+    before = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
+    saved = vars(owner)[piece]
+    delattr(owner, piece)
     try:
-        with pytest.raises(RuntimeError, match=r"Unsloth 2026\.10\.\d+: .*MaskedDiffusionProfile\._token_ids"):
+        with pytest.raises(RuntimeError, match=rf"Unsloth 2026\.\d+\.\d+: .*{owner.__name__}\.{piece}"):
             unsloth_diffusion_norm.apply()
         status = unsloth_diffusion_norm.status()
-        assert status.mode == registry.UNSUPPORTED and "_token_ids" in status.reason
-        assert status.patches == () and "get_batch_samples" not in vars(DiffusionTrainer)
-        assert nemotron().loss_normalization == "masked_tokens"
+        assert status.mode == registry.UNSUPPORTED and piece in status.reason and status.patches == ()
+        setattr(owner, piece, saved)
+        after = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
+        assert after == before  # all or nothing: not one piece was patched
     finally:
-        MaskedDiffusionProfile._token_ids = token_ids
+        setattr(owner, piece, saved)
         registry.STATE.mode = registry.PENDING
         unsloth_diffusion_norm.apply()
-    assert unsloth_diffusion_norm.status().mode == registry.PATCHED
-
-
-def _python(code, **env):
-    environment = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", **env}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1]
-
-
-def test_import_alone_imports_neither_torch_nor_unsloth():
-    line = _python(
-        "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm as u; "
-        "ms = (time.perf_counter() - t) * 1000; "
-        "print(u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))"
-    )
-    mode, torch_loaded, unsloth_loaded, _ms = line.split()
-    assert (mode, torch_loaded, unsloth_loaded) == ("pending", "False", "False")
-
-
-def test_import_after_unsloth_patches_and_env_switch_disables():
-    after = _python(
-        "import unsloth, unsloth_diffusion_norm as u; from unsloth.models.diffusion_trainer import "
-        "DiffusionTrainer as T; print(u.status().mode, 'get_batch_samples' in vars(T))"
-    )
-    assert after == "patched True"
-    disabled = _python(
-        "import unsloth_diffusion_norm as u, unsloth; from unsloth.models.diffusion_trainer import "
-        "DiffusionTrainer as T; print(u.status().mode, 'get_batch_samples' in vars(T))",
-        UNSLOTH_DIFFUSION_NORM="0",
-    )
-    assert disabled == "disabled False"
+    assert unsloth_diffusion_norm.status().mode == MODE

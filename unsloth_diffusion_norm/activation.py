@@ -7,6 +7,7 @@ from . import registry
 from .registry import STATE, logger
 
 TRAINER_MODULE = "unsloth.models.diffusion_trainer"
+DIFFUSION_MODULES = ("unsloth.models.diffusion_masked", "unsloth.models.diffusion_profiles")
 _hooks_registered = False
 _announced = set()
 
@@ -49,7 +50,10 @@ def _on_unsloth(module):
 def _unsupported(reason):
     from .detect import unsloth_version
 
+    already = STATE.mode == registry.UNSUPPORTED
     STATE.mode, STATE.unsloth_version, STATE.reason = registry.UNSUPPORTED, unsloth_version(), reason
+    if already:
+        return  # one warning per process; status() keeps the latest reason
     _log_once(
         30,
         f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version} is not supported: {reason}. "
@@ -73,21 +77,29 @@ def apply():
 
     if STATE.patches:
         return status()
-    trainer_module = importlib.import_module(TRAINER_MODULE)
-    masked_module = importlib.import_module("unsloth.models.diffusion_masked")
-    profiles_module = importlib.import_module("unsloth.models.diffusion_profiles")
     STATE.unsloth_version = detect.unsloth_version()
+    try:
+        trainer_module, masked_module, profiles_module = (
+            importlib.import_module(name) for name in (TRAINER_MODULE, *DIFFUSION_MODULES)
+        )
+    except ImportError as error:
+        reason = f"it has no masked-diffusion training ({error})"
+        _unsupported(reason)
+        raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}") from None
     shape, missing = detect.recognise(trainer_module, masked_module, profiles_module)
     STATE.shape = shape
     if shape is None:
         reason = "unrecognised diffusion internals; missing: " + ", ".join(missing)
         _unsupported(reason)
         raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}")
-    if shape == detect.NATIVE:
-        STATE.mode, STATE.reason = registry.NATIVE, "this release normalizes by the window natively"
-        return status()
     from . import patches
 
+    if shape == detect.NATIVE:
+        # Fixed upstream: the training path stays Unsloth's; only the per-run flag is added.
+        registry.apply_all(patches.build_native(trainer_module, masked_module))
+        STATE.mode = registry.NATIVE
+        STATE.reason = "this release normalizes by the window natively; its training path is left as it is"
+        return status()
     registry.apply_all(patches.build(shape, trainer_module, masked_module, profiles_module))
     STATE.mode, STATE.reason = registry.PATCHED, None
     return status()

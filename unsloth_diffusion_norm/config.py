@@ -5,6 +5,7 @@ WINDOW, MICROBATCH = "window", "microbatch"
 CHOICES = (WINDOW, MICROBATCH, None)
 # Upstream's name (Unsloth 2026.10.7+) for "divide by the whole accumulation window's masked tokens".
 GLOBAL_MASKED_TOKENS = "global_masked_tokens"
+MASKED_TOKENS = "masked_tokens"  # the micro-batch's own masked tokens: Nemotron on 2026.10.4-.6
 HELP = (
     "'window': divide each micro-batch's weighted loss sum by the masked-token count of the whole "
     "optimizer step (NVIDIA's Nemotron-Labs-Diffusion normalization); 'microbatch': the profile's own "
@@ -26,3 +27,16 @@ def effective(profile, args):
     if value is not None:
         return value
     return WINDOW if getattr(profile, "loss_normalization", None) == GLOBAL_MASKED_TOKENS else MICROBATCH
+
+
+def native_normalization(profile, args):
+    """Upstream's `loss_normalization` (2026.10.7+) that gives this run's flag. 'microbatch' keeps a
+    per-micro-batch profile's own and turns window-global into the micro-batch's own masked tokens,
+    which is what 2026.10.4-.6 did for Nemotron."""
+    own = getattr(profile, "loss_normalization", None)
+    value = getattr(args, FIELD, None)
+    if value is None or own is None:
+        return own
+    if value == WINDOW:
+        return GLOBAL_MASKED_TOKENS
+    return MASKED_TOKENS if own == GLOBAL_MASKED_TOKENS else own

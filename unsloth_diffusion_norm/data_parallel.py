@@ -39,7 +39,9 @@ class Case:
     per_rank: list  # rank -> its examples, in order
     gradient_accumulation_steps: int = 2
     average_tokens_across_devices: bool = True
-    patched: bool = True  # False: the unpatched release, a control that must miss the oracle
+    # False: the per-micro-batch normalization (the unpatched release, or the 'microbatch' flag on a
+    # natively fixed one), a control that must miss the oracle.
+    patched: bool = True
     evaluate: bool = False
     # Unsloth's gradient-accumulation rewrite of transformers.Trainer (installed on GPU hosts at load
     # time). Irreversible in a process, so such cases run last in their launch.
@@ -164,7 +166,7 @@ def run_case(name, case):
 
     from . import experiment, oracle
 
-    (unsloth_diffusion_norm.apply if case.patched else unsloth_diffusion_norm.unpatch)()
+    unsloth_diffusion_norm.apply()
     if case.unsloth_ga_trainer:
         import transformers
         from unsloth.models._utils import patch_gradient_accumulation_fix
@@ -172,8 +174,9 @@ def run_case(name, case):
         patch_gradient_accumulation_fix(transformers.Trainer)
         assert transformers.Trainer.get_batch_samples.__name__ == "_unsloth_get_batch_samples"
     counter = CollectiveCounter()
+    train = experiment.train if case.patched else experiment.train_per_micro_batch
     try:
-        run = experiment.train(
+        run = train(
             case.examples(),
             gradient_accumulation_steps=case.gradient_accumulation_steps,
             seed=case.seed,

@@ -51,7 +51,15 @@ def recognise(trainer_module, masked_module, profiles_module):
         return None, missing
 
     if hasattr(profile_class, "prepare_batch") and "get_batch_samples" in vars(trainer):
-        return NATIVE, []
+        # What the flag needs there: upstream's switch and the trainer's reading of it.
+        checks = [
+            ("DiffusionTrainer._uses_global_masked_tokens", hasattr(trainer, "_uses_global_masked_tokens")),
+            ("MaskedDiffusionProfile.loss_normalization",
+             "loss_normalization" in getattr(profile_class, "__dataclass_fields__", {})),
+            ("DiffusionConfig as a dataclass", hasattr(config, "__dataclass_fields__")),
+        ]
+        missing = [name for name, ok in checks if not ok]
+        return (None, missing) if missing else (NATIVE, [])
 
     fields = getattr(profile_class, "__dataclass_fields__", {})
     checks = [

@@ -6,6 +6,7 @@ clean batches, the RNG state its noise came from, the weights it started at, its
 weights after the optimizer step. The oracle replays the masks from that RNG state on its own.
 """
 
+import copy
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -96,7 +97,8 @@ def _recorder(run):
     class Recorder(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, **kw):
             record = run.windows[-1]
-            record.rng_state = torch.get_rng_state()
+            if record.rng_state is None:  # noise not drawn yet: it will be, from here
+                record.rng_state = torch.get_rng_state()
             record.state_before = {n: p.detach().clone() for n, p in model.state_dict().items()}
 
         def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
@@ -171,13 +173,30 @@ def train(
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
     run = Run(trainer=trainer, reference_model=load_model(lora=lora)[0])
     fetch = trainer.get_batch_samples
+    drawn_while_fetching = []  # RNG state before a natively fixed release's first prepare_batch
 
     def get_batch_samples(*pos, **kw):
+        drawn_while_fetching.clear()
         batches, count = fetch(*pos, **kw)
-        run.windows.append(WindowRecord(batches=[clean_inputs(b) for b in batches]))
+        record = WindowRecord(batches=[clean_inputs(b) for b in batches])
+        record.rng_state = drawn_while_fetching[0] if drawn_while_fetching else None
+        run.windows.append(record)
         return batches, count
 
     trainer.get_batch_samples = get_batch_samples
+    profile = trainer.diffusion_profile
+    if hasattr(profile, "prepare_batch"):
+        # Unsloth 2026.10.7+ draws a window's noise while fetching it (before on_step_begin): note the
+        # RNG state its draws start from, through a pass-through view on this trainer's own copy.
+        prepare = profile.prepare_batch
+        trainer.diffusion_profile = copy.copy(profile)
+
+        def prepare_batch(*pos, **kw):
+            if not drawn_while_fetching:
+                drawn_while_fetching.append(torch.get_rng_state())
+            return prepare(*pos, **kw)
+
+        object.__setattr__(trainer.diffusion_profile, "prepare_batch", prepare_batch)
     trainer.add_callback(_recorder(run))
     if before_train is not None:
         before_train(trainer)
@@ -254,3 +273,19 @@ def expected_evaluation_loss(model, seen, eps=1e-3):
         for state, batch in seen
     ]
     return sum(losses) / len(losses)
+
+
+def train_per_micro_batch(examples, **kwargs):
+    """The same run with the per-micro-batch normalization of Unsloth 2026.10.4-.6 - the control that
+    must miss the oracle: the unpatched release where the plugin patches, and the 'microbatch' flag
+    where the release is natively fixed (there is no unfixed path to unpatch to)."""
+    from .activation import apply, status, unpatch
+    from .registry import NATIVE
+
+    if status().mode == NATIVE:
+        return train(examples, diffusion_loss_normalization="microbatch", **kwargs)
+    unpatch()
+    try:
+        return train(examples, **kwargs)
+    finally:
+        apply()

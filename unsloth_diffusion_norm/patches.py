@@ -100,22 +100,8 @@ def build(shape, trainer_module, masked_module, profiles_module):
     @wrapt.decorator
     def trainer_init(wrapped, trainer, pos, kwargs):
         wrapped(*pos, **kwargs)
-        mode = config.validate(getattr(trainer.args, config.FIELD, None))
-        profile = trainer.diffusion_profile
-        if config.effective(profile, trainer.args) == config.WINDOW and not isinstance(
-            profile, MaskedDiffusionProfile
-        ):
-            raise ValueError(
-                f"{config.FIELD}={mode!r}: window normalization is implemented for the masked-diffusion "
-                f"profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
-                f"Use None or 'microbatch'."
-            )
-
-    @wrapt.decorator
-    def config_init(wrapped, instance, pos, kwargs):
-        value = config.validate(kwargs.pop(config.FIELD, None))
-        wrapped(*pos, **kwargs)
-        setattr(instance, config.FIELD, value)
+        config.validate(getattr(trainer.args, config.FIELD, None))
+        _refuse_window_for(trainer.diffusion_profile, MaskedDiffusionProfile, trainer.args)
 
     nemotron = detect.find_profile(profiles_module, detect.NEMOTRON)
     return [
@@ -154,6 +140,20 @@ def build(shape, trainer_module, masked_module, profiles_module):
             trainer_init,
             f"rejects a {config.FIELD} this trainer cannot honour, at construction",
         ),
+        *config_patches(DiffusionConfig),
+    ]
+
+
+@wrapt.decorator
+def _config_init(wrapped, instance, pos, kwargs):
+    value = config.validate(kwargs.pop(config.FIELD, None))
+    wrapped(*pos, **kwargs)
+    setattr(instance, config.FIELD, value)
+
+
+def config_patches(DiffusionConfig):
+    """The per-run flag on DiffusionConfig: the same on every release, so scripts survive upgrades."""
+    return [
         Patch(
             f"DiffusionConfig.{config.FIELD} (dataclass field)",
             DiffusionConfig.__dataclass_fields__,
@@ -173,7 +173,48 @@ def build(shape, trainer_module, masked_module, profiles_module):
             "DiffusionConfig.__init__",
             DiffusionConfig,
             "__init__",
-            config_init,
+            _config_init,
             f"accepts and validates {config.FIELD}",
         ),
+    ]
+
+
+def _refuse_window_for(profile, MaskedDiffusionProfile, args):
+    if config.effective(profile, args) == config.WINDOW and not isinstance(profile, MaskedDiffusionProfile):
+        raise ValueError(
+            f"{config.FIELD}={getattr(args, config.FIELD)!r}: window normalization is implemented for the "
+            f"masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
+            f"Use None or 'microbatch'."
+        )
+
+
+def build_native(trainer_module, masked_module):
+    """Unsloth 2026.10.7+: the fix is upstream. Only the flag is added; a trainer whose flag asks for
+    something other than its profile's own normalization gets its own copy of the profile with
+    upstream's setting for it - the training path (get_batch_samples, compute_loss, prepare_batch, ...)
+    stays Unsloth's own objects, and with the flag at its default nothing at all changes."""
+    DiffusionTrainer = trainer_module.DiffusionTrainer
+    MaskedDiffusionProfile = masked_module.MaskedDiffusionProfile
+
+    @wrapt.decorator
+    def trainer_init(wrapped, trainer, pos, kwargs):
+        wrapped(*pos, **kwargs)
+        config.validate(getattr(trainer.args, config.FIELD, None))
+        profile = trainer.diffusion_profile
+        _refuse_window_for(profile, MaskedDiffusionProfile, trainer.args)
+        wanted = config.native_normalization(profile, trainer.args)
+        if wanted != getattr(profile, "loss_normalization", None):
+            trainer.diffusion_profile = dataclasses.replace(profile, loss_normalization=wanted)
+            # Upstream derives this from the profile in __init__; derive it again for the copy.
+            trainer.model_accepts_loss_kwargs = trainer._uses_global_masked_tokens()
+
+    return [
+        Patch(
+            "DiffusionTrainer.__init__",
+            DiffusionTrainer,
+            "__init__",
+            trainer_init,
+            f"honours {config.FIELD} through upstream's own loss_normalization, per trainer",
+        ),
+        *config_patches(trainer_module.DiffusionConfig),
     ]

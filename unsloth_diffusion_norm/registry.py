@@ -14,7 +14,7 @@ MISSING = object()
 # Modes status() reports.
 PENDING = "pending"  # Unsloth not imported yet; hooks are waiting
 PATCHED = "patched"  # an affected release, fixed by our patches
-NATIVE = "native"  # the release normalizes by the window itself; nothing patched
+NATIVE = "native"  # the release normalizes by the window itself; only the per-run flag is added
 DISABLED = "disabled"  # UNSLOTH_DIFFUSION_NORM=0
 UNSUPPORTED = "unsupported"  # a release or shape we do not recognise; nothing patched
 

@@ -1,0 +1,187 @@
+"""The version matrix: one virtual environment per leg, the whole test suite in each, one table.
+
+    python3 scripts/matrix.py [--legs NAME ...] [--readme README.md] [--results matrix/results.json]
+
+Each leg pins an Unsloth release with a transformers / TRL pair (the newest this project develops with,
+or the oldest that release still trains with). A leg's environment lives in .matrix/<leg>/ and is built
+once (torch pinned to the CPU wheel, torchvision removed, the plugin installed from this checkout). The
+suite is the same on every leg; the tests themselves know which mode each release must get. Results go
+to a JSON file, and the README's compatibility table is written from it, never by hand.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TABLE_START, TABLE_END = "<!-- compatibility table: start -->", "<!-- compatibility table: end -->"
+
+
+@dataclass
+class Leg:
+    unsloth: str
+    transformers: str
+    trl: str
+    note: str
+
+    @property
+    def name(self):
+        return f"unsloth-{self.unsloth}-transformers-{self.transformers}-trl-{self.trl}"
+
+
+LEGS = [
+    Leg("2026.10.3", "5.17.0", "1.15.0", "before masked diffusion: unsupported, nothing patched"),
+    Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape"),
+    Leg("2026.10.4", "TRANSFORMERS_FLOOR_104", "TRL_FLOOR_104", "dense shape, oldest working transformers / TRL"),
+    Leg("2026.10.5", "5.17.0", "1.15.0", "dense cross-entropy shape"),
+    Leg("2026.10.6", "5.17.0", "1.15.0", "chunked cross-entropy shape (the README's `make test`)"),
+    Leg("2026.10.6", "TRANSFORMERS_FLOOR_106", "TRL_FLOOR_106", "chunked shape, oldest working transformers / TRL"),
+    Leg("2026.10.9", "5.17.0", "1.15.0", "fixed upstream: native, training path untouched"),
+]
+
+
+def run(command, log, **kwargs):
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(command) + "\n")
+        f.flush()
+        return subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, **kwargs).returncode
+
+
+def build(leg, where, log):
+    """The leg's environment; reused when it was built before with the same pins."""
+    stamp = os.path.join(where, "installed.json")
+    pins = [f"unsloth=={leg.unsloth}", f"unsloth_zoo=={leg.unsloth}", f"transformers=={leg.transformers}",
+            f"trl=={leg.trl}", "torch==2.13.0", "wrapt==2.5.2", "pytest==9.2.0"]
+    if os.path.exists(stamp) and json.load(open(stamp)) == pins:
+        return True
+    shutil.rmtree(where, ignore_errors=True)
+    os.makedirs(where)
+    pip = [os.path.join(where, "bin", "python"), "-m", "pip", "-q"]
+    steps = [
+        [sys.executable, "-m", "venv", where],
+        pip + ["install", "-c", os.path.join(ROOT, "constraints.txt"), *pins],
+        # unsloth pulls torchvision, which cannot load beside the CPU torch and breaks `import unsloth`.
+        pip + ["uninstall", "-y", "torchvision"],
+        # --no-deps: the 2026.10.3 leg installs the plugin beside a release it does not support.
+        pip + ["install", "--no-deps", "-e", ROOT],
+    ]
+    for step in steps:
+        if run(step, log) != 0:
+            return False
+    json.dump(pins, open(stamp, "w"))
+    return True
+
+
+def installed(python, log):
+    code = (
+        "import json; from importlib.metadata import version as v; print(json.dumps({n: v(n) for n in "
+        "('unsloth', 'unsloth_zoo', 'transformers', 'trl', 'accelerate', 'peft', 'torch')}))"
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def mode(python, env):
+    out = subprocess.run(
+        [python, "-m", "unsloth_diffusion_norm.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    first = out.stdout.splitlines()[0] if out.stdout else ""
+    return first.split("mode=")[1].split(",")[0] if "mode=" in first else "?"
+
+
+def test(leg, where, log):
+    python = os.path.join(where, "bin", "python")
+    env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1"}
+    junit = os.path.join(where, "junit.xml")
+    started = time.time()
+    code = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"], log, env=env, cwd=ROOT)
+    seconds = time.time() - started
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    if os.path.exists(junit):
+        suite = ElementTree.parse(junit).getroot()
+        suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+        counts = {k: int(suite.get(k, 0)) for k in counts}
+    failed = counts["failures"] + counts["errors"]
+    return {
+        "mode": mode(python, env),
+        "versions": installed(python, log),
+        "passed": counts["tests"] - failed - counts["skipped"],
+        "failed": failed,
+        "skipped": counts["skipped"],
+        "exit": code,
+        "test_seconds": round(seconds),
+    }
+
+
+def table(results):
+    lines = [
+        "| Unsloth | transformers | TRL | mode | tests | result | leg |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        v = r.get("versions") or {}
+        result = "pass" if r.get("exit") == 0 else "**FAIL**"
+        tests = f"{r.get('passed', 0)} passed, {r.get('skipped', 0)} skipped, {r.get('failed', 0)} failed"
+        lines.append(
+            f"| {v.get('unsloth', r['unsloth'])} | {v.get('transformers', r['transformers'])} | "
+            f"{v.get('trl', r['trl'])} | `{r.get('mode', '?')}` | {tests} | {result} | {r['note']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_readme(path, results):
+    text = open(path).read()
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    generated = f"\n<!-- written by scripts/matrix.py from {os.path.relpath(ARGS.results, ROOT)}; do not edit -->\n"
+    open(path, "w").write(text[:start] + generated + table(results) + "\n" + text[end:])
+
+
+def main(argv=None):
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--legs", nargs="+", help="leg names (default: all); see --list")
+    parser.add_argument("--list", action="store_true", help="print the legs and exit")
+    parser.add_argument("--results", default=os.path.join(ROOT, "matrix", "results.json"))
+    parser.add_argument("--readme", help="rewrite the compatibility table in this README from the results")
+    parser.add_argument("--table-only", action="store_true", help="rewrite the table from saved results, run nothing")
+    ARGS = parser.parse_args(argv)
+    if ARGS.list:
+        print("\n".join(leg.name for leg in LEGS))
+        return 0
+    if ARGS.table_only:
+        results = json.load(open(ARGS.results))
+    else:
+        legs = [leg for leg in LEGS if not ARGS.legs or leg.name in ARGS.legs]
+        results, started = [], time.time()
+        for leg in legs:
+            where = os.path.join(ROOT, ".matrix", leg.name)
+            log = os.path.join(ROOT, ".matrix", leg.name + ".log")
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            open(log, "w").close()
+            t = time.time()
+            result = {**leg.__dict__, "name": leg.name}
+            if build(leg, where, log):
+                result.update(build_seconds=round(time.time() - t), **test(leg, where, log))
+            else:
+                result.update(exit="build failed")
+            print(f"{leg.name}: {result.get('mode')} exit={result['exit']} "
+                  f"{result.get('passed')} passed {result.get('skipped')} skipped {result.get('failed')} failed "
+                  f"({round(time.time() - t)} s; log {os.path.relpath(log, ROOT)})", flush=True)
+            results.append(result)
+        print(f"matrix: {len(results)} legs in {round(time.time() - started)} s")
+        os.makedirs(os.path.dirname(ARGS.results), exist_ok=True)
+        json.dump(results, open(ARGS.results, "w"), indent=1)
+    print(table(results))
+    if ARGS.readme:
+        write_readme(ARGS.readme, results)
+    return 0 if all(r.get("exit") == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

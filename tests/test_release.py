@@ -1,0 +1,67 @@
+"""The installed Unsloth release as a whole: the mode the plugin must give it, import-time behaviour,
+and a clear message for a release without masked diffusion. Runs on every leg of the version matrix."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import unsloth_diffusion_norm
+from conftest import EXPECTED_MODE
+from unsloth_diffusion_norm import registry
+
+
+def _python(code, **env):
+    environment = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", **env}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1], result.stderr
+
+
+def test_the_mode_is_the_one_this_release_needs():
+    status = unsloth_diffusion_norm.status()
+    assert status.mode == EXPECTED_MODE, str(status)
+    if EXPECTED_MODE == registry.UNSUPPORTED:
+        assert status.patches == () and status.reason
+
+
+def test_import_alone_imports_neither_torch_nor_unsloth():
+    line, _ = _python(
+        "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm as u; "
+        "ms = (time.perf_counter() - t) * 1000; "
+        "print(u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))"
+    )
+    mode, torch_loaded, unsloth_loaded, _ms = line.split()
+    assert (mode, torch_loaded, unsloth_loaded) == ("pending", "False", "False")
+
+
+REPORT = (
+    "import wrapt, unsloth_diffusion_norm as u; s = u.status(); "
+    "T = __import__('sys').modules.get('unsloth.models.diffusion_trainer'); "
+    "print(s.mode, len(s.patches), T is not None and isinstance(vars(T.DiffusionTrainer)['__init__'], wrapt.FunctionWrapper))"
+)
+
+
+def test_import_after_unsloth_works_and_the_env_switch_disables():
+    after, _ = _python("import unsloth, unsloth_diffusion_norm; " + REPORT)
+    mode, patches, wrapped = after.split()
+    assert mode == EXPECTED_MODE
+    assert wrapped == str(EXPECTED_MODE != registry.UNSUPPORTED) and (int(patches) > 0) == (wrapped == "True")
+    disabled, _ = _python("import unsloth_diffusion_norm, unsloth; " + REPORT, UNSLOTH_DIFFUSION_NORM="0")
+    assert disabled == "disabled 0 False"
+
+
+@pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
+                    "an unrecognised shape is tested in test_activation.py")
+def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_patched():
+    from unsloth_diffusion_norm.detect import unsloth_version
+
+    line, stderr = _python(
+        "import unsloth_diffusion_norm as u, unsloth\n"
+        "try:\n    u.apply()\nexcept RuntimeError as e:\n    print('raised', 'Unsloth ' + u.status().unsloth_version in str(e))\n"
+    )
+    assert line == "raised True"  # apply() says which release and what is missing
+    warnings = [l for l in stderr.splitlines() if "unsloth_diffusion_norm: Unsloth" in l]
+    assert len(warnings) == 1 and f"Unsloth {unsloth_version()} is not supported" in warnings[0]
+    assert "Nothing was patched" in warnings[0]
