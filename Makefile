@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test clean
+.PHONY: setup reproduce test matrix clean
 
 setup: $(VENV)/.installed
 
@@ -26,5 +26,10 @@ reproduce: setup
 test: setup
 	$(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider
 
+# Every supported Unsloth release (and the oldest transformers / TRL that work), one environment per
+# leg under .matrix/, the whole suite in each; rewrites the README's compatibility table.
+matrix:
+	$(PYTHON) scripts/matrix.py --readme README.md
+
 clean:
-	rm -rf $(VENV) unsloth_compiled_cache
+	rm -rf $(VENV) .matrix unsloth_compiled_cache

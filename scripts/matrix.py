@@ -38,10 +38,10 @@ class Leg:
 LEGS = [
     Leg("2026.10.3", "5.17.0", "1.15.0", "before masked diffusion: unsupported, nothing patched"),
     Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape"),
-    Leg("2026.10.4", "TRANSFORMERS_FLOOR_104", "TRL_FLOOR_104", "dense shape, oldest working transformers / TRL"),
+    Leg("2026.10.4", "4.56.0", "0.18.2", "dense shape, oldest working transformers / TRL"),
     Leg("2026.10.5", "5.17.0", "1.15.0", "dense cross-entropy shape"),
     Leg("2026.10.6", "5.17.0", "1.15.0", "chunked cross-entropy shape (the README's `make test`)"),
-    Leg("2026.10.6", "TRANSFORMERS_FLOOR_106", "TRL_FLOOR_106", "chunked shape, oldest working transformers / TRL"),
+    Leg("2026.10.6", "4.56.0", "0.18.2", "chunked shape, oldest working transformers / TRL"),
     Leg("2026.10.9", "5.17.0", "1.15.0", "fixed upstream: native, training path untouched"),
 ]
 
