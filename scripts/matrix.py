@@ -36,7 +36,7 @@ class Leg:
 
 
 LEGS = [
-    Leg("2026.10.3", "5.17.0", "1.15.0", "before masked diffusion: unsupported, nothing patched"),
+    Leg("2026.10.3", "5.17.0", "1.13.0", "before masked diffusion: unsupported, nothing patched"),
     Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape"),
     Leg("2026.10.4", "4.56.0", "0.18.2", "dense shape, oldest working transformers / TRL"),
     Leg("2026.10.5", "5.17.0", "1.15.0", "dense cross-entropy shape"),
@@ -175,6 +175,11 @@ def main(argv=None):
                   f"({round(time.time() - t)} s; log {os.path.relpath(log, ROOT)})", flush=True)
             results.append(result)
         print(f"matrix: {len(results)} legs in {round(time.time() - started)} s")
+        if ARGS.legs and os.path.exists(ARGS.results):  # a partial run updates its legs only
+            fresh = {r["name"]: r for r in results}
+            saved = [r for r in json.load(open(ARGS.results)) if r["name"] in {leg.name for leg in LEGS}]
+            results = [fresh.pop(r["name"], r) for r in saved] + list(fresh.values())
+            results.sort(key=lambda r: [leg.name for leg in LEGS].index(r["name"]))
         os.makedirs(os.path.dirname(ARGS.results), exist_ok=True)
         json.dump(results, open(ARGS.results, "w"), indent=1)
     print(table(results))

@@ -46,6 +46,9 @@ class Case:
     # Unsloth's gradient-accumulation rewrite of transformers.Trainer (installed on GPU hosts at load
     # time). Irreversible in a process, so such cases run last in their launch.
     unsloth_ga_trainer: bool = False
+    # Train with a checkpoint every `resume_at` steps, resume from the first one in a fresh trainer,
+    # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
+    resume_at: int = None
     seed: int = 3  # realized counts differ between micro-batches and between ranks
 
     def examples(self):
@@ -68,6 +71,7 @@ CASES = {
     "unequal-counts-unsloth-ga-trainer": Case(
         2, [answers(LONG, 2), answers(SHORT, 2, 14)], unsloth_ga_trainer=True
     ),
+    "resume-mid-epoch": Case(2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2),
     "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
     "three-ranks-rank-local": Case(
         3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False
@@ -99,13 +103,14 @@ class CollectiveCounter:
         self.trainer = None
 
     def attach(self, trainer):
+        """Count for this trainer (a later one replaces an earlier one, e.g. when a run is resumed)."""
         import torch.distributed as dist
 
-        self.trainer = trainer
-
-        for name in COLLECTIVES:
-            self.originals[name] = original = getattr(dist, name)
-            setattr(dist, name, self._counted(original))
+        self.trainer, self.per_window = trainer, []
+        if not self.originals:
+            for name in COLLECTIVES:
+                self.originals[name] = original = getattr(dist, name)
+                setattr(dist, name, self._counted(original))
         for method in ("get_batch_samples", "training_step"):
             setattr(trainer, method, self._active(getattr(trainer, method), new_window=method == "get_batch_samples"))
 
@@ -155,6 +160,7 @@ class RankResult:
     eval_loss: float = None
     eval_reference: float = None
     eval_unpatched: float = None
+    resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
     ok: bool = False
 
 
@@ -175,15 +181,22 @@ def run_case(name, case):
         assert transformers.Trainer.get_batch_samples.__name__ == "_unsloth_get_batch_samples"
     counter = CollectiveCounter()
     train = experiment.train if case.patched else experiment.train_per_micro_batch
+    settings = dict(
+        gradient_accumulation_steps=case.gradient_accumulation_steps,
+        seed=case.seed,
+        eval_examples=case.examples() if case.evaluate else None,
+        average_tokens_across_devices=case.average_tokens_across_devices,
+        before_train=counter.attach,
+    )
+    resume_difference = None
     try:
-        run = train(
-            case.examples(),
-            gradient_accumulation_steps=case.gradient_accumulation_steps,
-            seed=case.seed,
-            eval_examples=case.examples() if case.evaluate else None,
-            average_tokens_across_devices=case.average_tokens_across_devices,
-            before_train=counter.attach,
-        )
+        if case.resume_at:
+            # The launcher's working directory is shared by the ranks: the checkpoint goes there.
+            workdir = os.path.join(os.getcwd(), name)
+            runs = experiment.train_and_resume(case.examples(), case.resume_at, workdir, **settings)
+            run, resume_difference = runs.resumed, runs.difference
+        else:
+            run = train(case.examples(), **settings)
     finally:
         counter.detach()
     trainer = run.trainer
@@ -209,6 +222,7 @@ def run_case(name, case):
         worst=max(v.worst for v in verdicts),
         collectives=counter.per_window,
         model_wrapped=type(trainer.model_wrapped).__name__,
+        resume_difference=resume_difference,
     )
     if case.evaluate:
         result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
@@ -329,6 +343,10 @@ def render(results):
             f"{worst:.3g} | {' '.join(map(str, collectives[0])) if len(collectives) == 1 else collectives} | "
             f"{'yes' if ok else 'NO'} |"
         )
+    resumed = [r for r in results if r.get("resume_difference") is not None]
+    if resumed:
+        lines += ["", "| case | rank | max abs parameter difference, resumed vs uninterrupted run |", "|---|---|---|"]
+        lines += [f"| {r['case']} | {r['rank']} | {r['resume_difference']:.3g} |" for r in resumed]
     evaluated = [r for r in results if r.get("eval_loss") is not None and r["rank"] == 0]
     if evaluated:
         lines.append("")

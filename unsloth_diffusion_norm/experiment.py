@@ -129,16 +129,18 @@ def train(
     eval_examples=None,
     diffusion_profile=None,
     before_train=None,
+    resume_from_checkpoint=None,
     **config,
 ):
     """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run.
-    `before_train(trainer)` may attach more instruments; `config` goes to DiffusionConfig."""
+    `before_train(trainer)` may attach more instruments; `config` goes to DiffusionConfig and overrides
+    the settings below (e.g. save_strategy / save_steps / output_dir for a resume)."""
     from datasets import Dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
     model, tokenizer = load_model(lora=lora)
-    args = DiffusionConfig(
-        output_dir=tempfile.mkdtemp(prefix="udn-run-"),
+    settings = dict(
+        output_dir=tempfile.mkdtemp(prefix="udn-run-"),  # unless config names one
         per_device_train_batch_size=batch_size,
         per_device_eval_batch_size=batch_size,
         gradient_accumulation_steps=gradient_accumulation_steps,
@@ -159,8 +161,8 @@ def train(
         disable_tqdm=True,
         use_cpu=True,
         completion_only_loss=True,
-        **config,
     )
+    args = DiffusionConfig(**{**settings, **config})
     trainer = DiffusionTrainer(
         model=model,
         args=args,
@@ -200,7 +202,7 @@ def train(
     trainer.add_callback(_recorder(run))
     if before_train is not None:
         before_train(trainer)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return run
 
 
@@ -289,3 +291,29 @@ def train_per_micro_batch(examples, **kwargs):
         return train(examples, **kwargs)
     finally:
         apply()
+
+
+@dataclass
+class Resumed:
+    """An uninterrupted run, and the same run resumed from its checkpoint at step `at`."""
+
+    full: Run
+    resumed: Run
+    at: int
+
+    @property
+    def difference(self):
+        """Largest |parameter difference| after the last step of both runs (0.0: bitwise equal)."""
+        a, b = self.full.windows[-1].params_after, self.resumed.windows[-1].params_after
+        return max(oracle.max_error(a[name], b[name]) for name in a)
+
+
+def train_and_resume(examples, at, workdir=None, **kwargs):
+    """Train `examples` saving a checkpoint every `at` steps; then train again from checkpoint-`at` in a
+    fresh trainer, as a restarted job would (`workdir` must be shared by all ranks under DDP)."""
+    workdir = workdir or tempfile.mkdtemp(prefix="udn-resume-")
+    full_dir, resumed_dir = os.path.join(workdir, "full"), os.path.join(workdir, "resumed")
+    full = train(examples, output_dir=full_dir, save_strategy="steps", save_steps=at, **kwargs)
+    checkpoint = os.path.join(full_dir, f"checkpoint-{at}")
+    resumed = train(examples, output_dir=resumed_dir, resume_from_checkpoint=checkpoint, **kwargs)
+    return Resumed(full, resumed, at)
