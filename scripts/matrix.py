@@ -91,8 +91,9 @@ def mode(python, env):
     out = subprocess.run(
         [python, "-m", "unsloth_diffusion_norm.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
     )
-    first = out.stdout.splitlines()[0] if out.stdout else ""
-    return first.split("mode=")[1].split(",")[0] if "mode=" in first else "?"
+    # Unsloth prints banners on import; the report line is ours.
+    line = next((l for l in out.stdout.splitlines() if l.startswith("unsloth_diffusion_norm: mode=")), "")
+    return line.split("mode=")[1].split(",")[0] if line else "?"
 
 
 def test(leg, where, log):
