@@ -5,7 +5,6 @@ oracle over all ranks' data with the same masks."""
 import pytest
 from accelerate import ParallelismConfig
 
-import unsloth_diffusion_norm
 from unsloth_diffusion_norm import data_parallel
 from unsloth_diffusion_norm.data_parallel import CASES, PLAN
 from unsloth_diffusion_norm.window import counting_rule
@@ -109,9 +108,39 @@ def test_counting_rule_for_parallel_layouts(average, processes, layout, expected
 
 
 def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_every_rank(results):
-    from unsloth_diffusion_norm.registry import PATCHED
+    # (on 2026.10.7+ through the diffusion_noise="global" opt-in)
+    assert all(row["resume_difference"] == 0.0 for row in ranks_of(results, "resume-mid-epoch"))
 
-    rows = ranks_of(results, "resume-mid-epoch")
-    if unsloth_diffusion_norm.status().mode != PATCHED:
-        pytest.skip("2026.10.7+ draws while fetching, before Trainer restores the RNG (opt-in not built yet)")
-    assert all(row["resume_difference"] == 0.0 for row in rows)
+
+def test_per_sample_noise_is_the_same_in_every_layout(results):
+    """1 rank x GA 4, 1 rank x batch 4 (here), 2 ranks x GA 2 (launched): same seed, same global batch,
+    so every example gets the same masks on its own tokens - and every window matches the oracle."""
+    from unsloth_diffusion_norm import experiment
+
+    case = CASES["per-sample-noise"]
+    launched = {}
+    for row in ranks_of(results, "per-sample-noise"):
+        launched.update({int(key): value for key, value in row["sample_masks"].items()})
+    layouts = {"2 ranks x GA 2": launched}
+    for name, shape in {"1 rank x GA 4": dict(gradient_accumulation_steps=4), "1 rank x batch 4": dict(
+            gradient_accumulation_steps=1, batch_size=4)}.items():
+        run = experiment.train(case.examples(), seed=case.seed, diffusion_noise="per_sample", **shape)
+        assert all(experiment.judge(run, window).ok for window in run.windows), name
+        found = experiment.masks_by_sample([(w.batches, w.rng_state) for w in run.windows])
+        layouts[name] = {key: [list(tokens), list(masked)] for key, (tokens, masked) in found.items()}
+    reference = layouts.pop("2 ranks x GA 2")
+    assert len(reference) == len(case.examples())
+    for name, found in layouts.items():
+        assert found == reference, name
+
+
+def test_noise_levels_per_rank_identical_with_global_noise_distinct_with_per_sample(results):
+    # Every rank is seeded alike, so the global RNG hands each rank's first micro-batch the same level.
+    same = [row["noise_levels"][0][0] for row in ranks_of(results, "unequal-counts")]
+    assert same[0] == same[1]
+    levels = [t for row in ranks_of(results, "per-sample-noise") for batch in row["noise_levels"][0] for t in batch]
+    assert len(set(levels)) == len(levels) == 4  # every example of the global batch has its own
+
+
+def test_per_sample_resume_is_bitwise_on_every_rank_in_every_mode(results):
+    assert all(row["resume_difference"] == 0.0 for row in ranks_of(results, "per-sample-resume"))

@@ -69,6 +69,15 @@ def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
             assert control.worst > CONTROL_FACTOR, f"{case}: the control could not fail: {control}"
 
 
+@pytest.mark.parametrize("case", ["seed-0", "partial-last-window-ga3-over-5", "batch-2-right-padding",
+                                  "lora-frozen-head-fused-path", "micro-batch-without-supervised-tokens"])
+def test_per_sample_noise_matches_oracle(case, plugin):
+    """The oracle draws each row from its own generator too; the trainer must agree with it."""
+    spec = dict(CASES[case])
+    for i, verdict in enumerate(run_case(diffusion_noise="per_sample", **spec)):
+        assert verdict.ok, f"{case} window {i}: {verdict}"
+
+
 def _find_seed(examples, predicate, **kwargs):
     for seed in range(40):
         run = experiment.train(examples, seed=seed, **kwargs)

@@ -13,11 +13,25 @@ HELP = (
 )
 
 
-def validate(value):
-    if value not in CHOICES:
-        raise ValueError(
-            f"{FIELD} must be 'window', 'microbatch' or None (the profile's default), got {value!r}."
-        )
+# Where the noise comes from.
+NOISE_FIELD = "diffusion_noise"
+GLOBAL, PER_SAMPLE = "global", "per_sample"
+NOISE_CHOICES = (GLOBAL, PER_SAMPLE, None)
+NOISE_HELP = (
+    "'global': the release's own draws from the global RNG, drawn when the window is first trained on "
+    "(after a resumed run restored its RNG); 'per_sample': each example's noise from a generator keyed "
+    "by (seed, epoch, its position in the global data order) - independent of the data-parallel layout "
+    "and different on every rank; None: the release's default ('global' where the plugin patches, "
+    "Unsloth's own path where the release is natively fixed)."
+)
+FIELDS = {FIELD: (CHOICES, HELP), NOISE_FIELD: (NOISE_CHOICES, NOISE_HELP)}
+
+
+def validate(value, field=FIELD):
+    choices = FIELDS[field][0]
+    if value not in choices:
+        named = " or ".join(f"{c!r}" for c in choices if c is not None)
+        raise ValueError(f"{field} must be {named} or None (the default), got {value!r}.")
     return value
 
 

@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from .experiment import Example
+from .registry import NATIVE
 
 LONG = list(range(20, 32))  # 12 answer tokens + EOS
 SHORT = [20, 21, 22]  # 3 answer tokens + EOS
@@ -49,6 +50,7 @@ class Case:
     # Train with a checkpoint every `resume_at` steps, resume from the first one in a fresh trainer,
     # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
     resume_at: int = None
+    diffusion_noise: str = None  # the per-run noise flag
     seed: int = 3  # realized counts differ between micro-batches and between ranks
 
     def examples(self):
@@ -72,6 +74,10 @@ CASES = {
         2, [answers(LONG, 2), answers(SHORT, 2, 14)], unsloth_ga_trainer=True
     ),
     "resume-mid-epoch": Case(2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2),
+    "per-sample-noise": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], diffusion_noise="per_sample"),
+    "per-sample-resume": Case(
+        2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2, diffusion_noise="per_sample"
+    ),
     "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
     "three-ranks-rank-local": Case(
         3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False
@@ -161,6 +167,8 @@ class RankResult:
     eval_reference: float = None
     eval_unpatched: float = None
     resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
+    noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
+    sample_masks: dict = None  # per-sample noise: generator seed -> (own tokens, masked)
     ok: bool = False
 
 
@@ -188,6 +196,10 @@ def run_case(name, case):
         average_tokens_across_devices=case.average_tokens_across_devices,
         before_train=counter.attach,
     )
+    if case.diffusion_noise is not None:
+        settings["diffusion_noise"] = case.diffusion_noise
+    elif case.resume_at and unsloth_diffusion_norm.status().mode == NATIVE:
+        settings["diffusion_noise"] = "global"  # resume-exact draws are an opt-in on 2026.10.7+
     resume_difference = None
     try:
         if case.resume_at:
@@ -215,6 +227,11 @@ def run_case(name, case):
         rank=rank,
         ranks=world,
         counts=[[[int(m) for m in oracle_counts(r[i])] for r in seen] for i in range(len(run.windows))],
+        noise_levels=[experiment.noise_levels(*window) for window in seen[rank]],
+        sample_masks=(
+            {str(k): v for k, v in experiment.masks_by_sample(seen[rank]).items()}
+            if case.diffusion_noise == "per_sample" else None
+        ),
         logged_loss=[w.logged_loss for w in run.windows],
         reference_loss=[v.reference_loss for v in verdicts],
         grad_error=max(v.grad_error for v in verdicts),

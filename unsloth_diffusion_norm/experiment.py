@@ -66,9 +66,15 @@ def load_model(lora=None):
 
 
 def clean_inputs(batch):
-    """A detached CPU copy of what the oracle needs from a micro-batch, whatever else it carries."""
+    """A detached CPU copy of what the oracle needs from a micro-batch, whatever else it carries
+    (with diffusion_noise="per_sample", the generator seed of each row as "keys")."""
+    from .per_sample import KEYS
+
     keep = ("input_ids", "attention_mask", "labels")
-    return {k: batch[k].detach().cpu().clone() for k in keep if k in batch}
+    clean = {k: batch[k].detach().cpu().clone() for k in keep if k in batch}
+    if KEYS in batch:
+        clean["keys"] = list(batch[KEYS])
+    return clean
 
 
 @dataclass
@@ -317,3 +323,26 @@ def train_and_resume(examples, at, workdir=None, **kwargs):
     checkpoint = os.path.join(full_dir, f"checkpoint-{at}")
     resumed = train(examples, output_dir=resumed_dir, resume_from_checkpoint=checkpoint, **kwargs)
     return Resumed(full, resumed, at)
+
+
+def realized(batches, rng_state, eps=1e-3):
+    """The masks a window drew, replayed by the oracle (exact: the trainer's gradients match them)."""
+    return oracle.replay_noise(batches, rng_state, eps, EOS_ID)
+
+
+def masks_by_sample(windows):
+    """{generator seed: (the example's own tokens, which of them were masked)} over (batches, rng state)
+    windows run with diffusion_noise="per_sample"; padding is left out, as it depends on the layout."""
+    found = {}
+    for batches, state in windows:
+        for batch, masks in zip(batches, realized(batches, state)):
+            attention = batch.get("attention_mask")
+            for row, key in enumerate(batch["keys"]):
+                own = slice(None) if attention is None else attention[row].bool()
+                found[key] = (masks.tokens[row][own].tolist(), masks.masked[row][own].tolist())
+    return found
+
+
+def noise_levels(batches, rng_state, eps=1e-3):
+    """p_mask of every row of every micro-batch of a window: the noise level each example got."""
+    return [masks.p_mask[:, 0].tolist() for masks in realized(batches, rng_state, eps)]

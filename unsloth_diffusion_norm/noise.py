@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import per_sample
+
 
 @dataclass
 class Noise:
@@ -17,6 +19,10 @@ class Noise:
     maskable: torch.Tensor
     masked: torch.Tensor
     p_mask: torch.Tensor
+
+    def prepared(self):
+        """The tuple Unsloth 2026.10.7+ keeps under inputs["_diffusion_masked_batch"]."""
+        return self.input_ids, self.forward_mask, self.maskable, self.masked, self.p_mask
 
 
 def draw(profile, model, inputs, args, response_mask):
@@ -36,7 +42,13 @@ def draw(profile, model, inputs, args, response_mask):
             maskable = maskable | (padding & maskable.any(dim=1, keepdim=True))
         forward_mask = None
 
-    t = torch.rand(batch, device=device)
-    p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)
-    masked = (torch.rand((batch, length), device=device) < p_mask) & maskable
+    keys = inputs.get(per_sample.KEYS)
+    if keys is None:
+        t = torch.rand(batch, device=device)
+        p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)
+        masked = (torch.rand((batch, length), device=device) < p_mask) & maskable
+    else:  # diffusion_noise="per_sample": the same two draws, from each example's own generator
+        t, u = per_sample.uniforms(keys, attention_mask, length, device)
+        p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)
+        masked = (u < p_mask) & maskable
     return Noise(input_ids, forward_mask, maskable, masked, p_mask)

@@ -35,7 +35,8 @@ class Masks:
 
 
 def replay_noise(batches, rng_state, eps, eos_id):
-    """Draw each micro-batch's masks from `rng_state`, in micro-batch order, t before the per-token draw."""
+    """Draw each micro-batch's masks from `rng_state`, in micro-batch order, t before the per-token draw;
+    a batch that carries per-sample generator seeds ("keys") draws each row from its own generator."""
     masks = []
     with torch.random.fork_rng(devices=[]):
         torch.set_rng_state(rng_state)
@@ -48,9 +49,19 @@ def replay_noise(batches, rng_state, eps, eos_id):
             has_response = response.any(dim=1, keepdim=True)
             maskable = response | (padding & has_response)
             rows, length = tokens.shape
-            t = torch.rand(rows)
+            if batch.get("keys") is None:  # the global RNG: t for every row, then every token
+                t = torch.rand(rows)
+                u = torch.rand(rows, length)
+            else:  # per-sample: a generator per row, t, its real tokens in order, then its padding
+                t, u = torch.empty(rows), torch.empty(rows, length)
+                for row, key in enumerate(batch["keys"]):
+                    generator = torch.Generator().manual_seed(int(key))
+                    real = ~padding[row]
+                    t[row] = torch.rand(1, generator=generator)[0]
+                    u[row, real] = torch.rand(int(real.sum()), generator=generator)
+                    u[row, ~real] = torch.rand(int((~real).sum()), generator=generator)
             p_mask = ((1 - eps) * t + eps)[:, None].expand(rows, length)
-            masked = (torch.rand(rows, length) < p_mask) & maskable
+            masked = (u < p_mask) & maskable
             masks.append(Masks(tokens, masked, p_mask))
     return masks
 

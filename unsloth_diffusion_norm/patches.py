@@ -10,7 +10,7 @@ from typing import Optional
 
 import wrapt
 
-from . import config, detect, loss, noise
+from . import config, detect, loss, noise, per_sample
 from .registry import Patch
 from .window import SLOT, Window, data_parallel_rule
 
@@ -18,10 +18,11 @@ LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_c
 
 
 @dataclasses.dataclass
-class _ConfigField:
+class _ConfigFields:
     diffusion_loss_normalization: Optional[str] = dataclasses.field(
         default=None, metadata={"help": config.HELP}
     )
+    diffusion_noise: Optional[str] = dataclasses.field(default=None, metadata={"help": config.NOISE_HELP})
 
 
 def uses_window(trainer):
@@ -45,7 +46,7 @@ def build(shape, trainer_module, masked_module, profiles_module):
             return model, inputs, args, num_items_in_batch
 
         model, inputs, args, num_items_in_batch = bind(*pos, **kwargs)
-        if config.effective(profile, args) != config.WINDOW:
+        if config.effective(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
             return wrapped(*pos, **kwargs)
         loss.check_weighting(profile, args)
         if isinstance(num_items_in_batch, Window):
@@ -61,19 +62,21 @@ def build(shape, trainer_module, masked_module, profiles_module):
                 # DDP averages gradients over ranks; a count summed over ranks needs a summed numerator.
                 result = (result[0] * window.loss_scale, *result[1:])
             return result
-        # Evaluation and direct calls: the micro-batch's own count, as the release computes it.
+        # Evaluation, direct calls and per-sample noise under 'microbatch': the micro-batch's own count,
+        # as the release computes it.
         batch_noise = draw(profile, model, inputs, args)
         return masked_loss(profile, model, batch_noise, args, batch_noise.masked.sum(), masked_module)
 
     @wrapt.decorator
     def get_batch_samples(wrapped, trainer, pos, kwargs):
-        if not uses_window(trainer):
-            return super(DiffusionTrainer, trainer).get_batch_samples(*pos, **kwargs)
-
         def bind(epoch_iterator, num_batches, device=None):
-            return epoch_iterator, num_batches
+            return epoch_iterator, num_batches, device
 
-        epoch_iterator, num_batches = bind(*pos, **kwargs)
+        epoch_iterator, num_batches, device = bind(*pos, **kwargs)
+        if getattr(trainer.args, config.NOISE_FIELD, None) == config.PER_SAMPLE:
+            epoch_iterator = per_sample.data_order(trainer).tag(trainer.args, epoch_iterator)
+        if not uses_window(trainer):
+            return super(DiffusionTrainer, trainer).get_batch_samples(epoch_iterator, num_batches, device)
         batches = []
         for _ in range(num_batches):
             try:
@@ -100,8 +103,19 @@ def build(shape, trainer_module, masked_module, profiles_module):
     @wrapt.decorator
     def trainer_init(wrapped, trainer, pos, kwargs):
         wrapped(*pos, **kwargs)
-        config.validate(getattr(trainer.args, config.FIELD, None))
-        _refuse_window_for(trainer.diffusion_profile, MaskedDiffusionProfile, trainer.args)
+        _check_flags(trainer, MaskedDiffusionProfile)
+        noise_mode = getattr(trainer.args, config.NOISE_FIELD, None)
+        if noise_mode == config.PER_SAMPLE:
+            profile = trainer.diffusion_profile
+            if config.effective(profile, trainer.args) == config.MICROBATCH and profile.loss_normalization not in (
+                config.MASKED_TOKENS, config.GLOBAL_MASKED_TOKENS
+            ):
+                raise ValueError(
+                    f"{config.NOISE_FIELD}='per_sample' with {profile.name!r}'s own "
+                    f"{profile.loss_normalization!r} normalization is not available on this release; "
+                    f"set {config.FIELD}='window' or leave {config.NOISE_FIELD} at None."
+                )
+            per_sample.data_order(trainer)  # registered now, to see the first epoch begin
 
     nemotron = detect.find_profile(profiles_module, detect.NEMOTRON)
     return [
@@ -146,45 +160,57 @@ def build(shape, trainer_module, masked_module, profiles_module):
 
 @wrapt.decorator
 def _config_init(wrapped, instance, pos, kwargs):
-    value = config.validate(kwargs.pop(config.FIELD, None))
+    values = {field: config.validate(kwargs.pop(field, None), field) for field in config.FIELDS}
     wrapped(*pos, **kwargs)
-    setattr(instance, config.FIELD, value)
+    for field, value in values.items():
+        setattr(instance, field, value)
 
 
 def config_patches(DiffusionConfig):
-    """The per-run flag on DiffusionConfig: the same on every release, so scripts survive upgrades."""
-    return [
-        Patch(
-            f"DiffusionConfig.{config.FIELD} (dataclass field)",
-            DiffusionConfig.__dataclass_fields__,
-            config.FIELD,
-            lambda current: _ConfigField.__dataclass_fields__[config.FIELD],
-            "the per-run flag survives to_dict() / to_json_string() and argument parsing",
-            item=True,
-        ),
-        Patch(
-            f"DiffusionConfig.{config.FIELD} (default)",
-            DiffusionConfig,
-            config.FIELD,
-            lambda current: None,
-            "None = the profile's own normalization",
-        ),
+    """The per-run flags on DiffusionConfig: the same on every release, so scripts survive upgrades."""
+    patches = []
+    for field in config.FIELDS:
+        patches += [
+            Patch(
+                f"DiffusionConfig.{field} (dataclass field)",
+                DiffusionConfig.__dataclass_fields__,
+                field,
+                lambda current, field=field: _ConfigFields.__dataclass_fields__[field],
+                "the per-run flag survives to_dict() / to_json_string() and argument parsing",
+                item=True,
+            ),
+            Patch(f"DiffusionConfig.{field} (default)", DiffusionConfig, field, lambda current: None,
+                  "None = the release's / profile's default"),
+        ]
+    patches.append(
         Patch(
             "DiffusionConfig.__init__",
             DiffusionConfig,
             "__init__",
             _config_init,
-            f"accepts and validates {config.FIELD}",
-        ),
-    ]
+            f"accepts and validates {' and '.join(config.FIELDS)}",
+        )
+    )
+    return patches
 
 
-def _refuse_window_for(profile, MaskedDiffusionProfile, args):
-    if config.effective(profile, args) == config.WINDOW and not isinstance(profile, MaskedDiffusionProfile):
+def _check_flags(trainer, MaskedDiffusionProfile):
+    """Both flags valid, and nothing asked of a profile that is not masked diffusion."""
+    args, profile = trainer.args, trainer.diffusion_profile
+    for field in config.FIELDS:
+        config.validate(getattr(args, field, None), field)
+    if isinstance(profile, MaskedDiffusionProfile):
+        return
+    if config.effective(profile, args) == config.WINDOW:
         raise ValueError(
             f"{config.FIELD}={getattr(args, config.FIELD)!r}: window normalization is implemented for the "
             f"masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
             f"Use None or 'microbatch'."
+        )
+    if getattr(args, config.NOISE_FIELD, None) is not None:
+        raise ValueError(
+            f"{config.NOISE_FIELD}={getattr(args, config.NOISE_FIELD)!r} is implemented for the "
+            f"masked-diffusion profiles, not for {profile.name!r}. Leave it at None."
         )
 
 
@@ -199,14 +225,18 @@ def build_native(trainer_module, masked_module):
     @wrapt.decorator
     def trainer_init(wrapped, trainer, pos, kwargs):
         wrapped(*pos, **kwargs)
-        config.validate(getattr(trainer.args, config.FIELD, None))
+        _check_flags(trainer, MaskedDiffusionProfile)
         profile = trainer.diffusion_profile
-        _refuse_window_for(profile, MaskedDiffusionProfile, trainer.args)
         wanted = config.native_normalization(profile, trainer.args)
         if wanted != getattr(profile, "loss_normalization", None):
             trainer.diffusion_profile = dataclasses.replace(profile, loss_normalization=wanted)
             # Upstream derives this from the profile in __init__; derive it again for the copy.
             trainer.model_accepts_loss_kwargs = trainer._uses_global_masked_tokens()
+        noise_mode = getattr(trainer.args, config.NOISE_FIELD, None)
+        if noise_mode == config.GLOBAL:
+            _draw_at_first_step_on_this_trainer(trainer)
+        if noise_mode == config.PER_SAMPLE:
+            _per_sample_on_this_trainer(trainer, masked_module)
 
     return [
         Patch(
@@ -218,3 +248,55 @@ def build_native(trainer_module, masked_module):
         ),
         *config_patches(trainer_module.DiffusionConfig),
     ]
+
+
+def _per_sample_on_this_trainer(trainer, masked_module):
+    """Native releases: keyed noise for this trainer only - its own profile copy draws from the keys its
+    own get_batch_samples view attaches; Unsloth's classes are not touched."""
+    profile = trainer.diffusion_profile = dataclasses.replace(trainer.diffusion_profile)
+    release_prepare_batch = profile.prepare_batch
+    order = per_sample.data_order(trainer)
+
+    def prepare_batch(model, inputs, args):
+        if per_sample.KEYS not in inputs:  # evaluation: the release's own draws
+            return release_prepare_batch(model, inputs, args)
+        return noise.draw(profile, model, inputs, args, masked_module.response_mask).prepared()
+
+    def get_batch_samples(epoch_iterator, num_batches, device=None):
+        tagged = order.tag(trainer.args, epoch_iterator)
+        return type(trainer).get_batch_samples(trainer, tagged, num_batches, device)
+
+    object.__setattr__(profile, "prepare_batch", prepare_batch)
+    trainer.get_batch_samples = get_batch_samples
+
+
+def _draw_at_first_step_on_this_trainer(trainer):
+    """Native releases, diffusion_noise="global": Unsloth's own draws (its prepare_batch, in micro-batch
+    order), made when the window is first trained on instead of while it is fetched - after Trainer has
+    restored a resumed run's RNG. For this trainer only; upstream's loss and count arithmetic stay."""
+    if not trainer._uses_global_masked_tokens():
+        return  # a per-micro-batch loss draws in compute_loss already, after any restore
+    profile = trainer.diffusion_profile = dataclasses.replace(trainer.diffusion_profile)
+    release_compute_loss = profile.compute_loss
+    reduce_count, _ = data_parallel_rule(trainer)  # upstream's trainer scales the loss for DDP itself
+
+    def get_batch_samples(epoch_iterator, num_batches, device=None):
+        batches = []
+        for _ in range(num_batches):
+            try:
+                inputs = next(epoch_iterator)
+            except StopIteration:
+                break
+            batches.append({**trainer._prepare_inputs(inputs), SLOT: len(batches)})
+        return (batches, Window(batches, reduce_count, 1)) if batches else (batches, None)
+
+    def compute_loss(model, inputs, args, num_items_in_batch=None):
+        if not isinstance(num_items_in_batch, Window):
+            return release_compute_loss(model, inputs, args, num_items_in_batch=num_items_in_batch)
+        window = num_items_in_batch
+        drawn = window.noise(inputs[SLOT], lambda batch: noise.Noise(*profile.prepare_batch(model, batch, args)))
+        prepared = {**inputs, "_diffusion_masked_batch": drawn.prepared()}
+        return release_compute_loss(model, prepared, args, num_items_in_batch=window.count)
+
+    object.__setattr__(profile, "compute_loss", compute_loss)
+    trainer.get_batch_samples = get_batch_samples

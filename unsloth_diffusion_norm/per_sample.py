@@ -1,0 +1,76 @@
+"""Per-sample noise (opt-in, `diffusion_noise="per_sample"`): each example's noise level `t` and per-token
+draws come from its own generator, keyed by (args.seed, epoch, the example's position in the global
+data order) - as NVIDIA's SFT recipe derives each sample's corruption from its global index.
+
+So an example gets the same masks on its own tokens whatever the layout (1 rank x GA 4, 2 ranks x GA 2,
+1 rank x batch 4), different examples and ranks get independent noise, and a resumed run draws exactly
+what the uninterrupted run drew, because nothing depends on the global RNG or on when the draw happens.
+
+Positions: accelerate deals the global batches round-robin, so rank r's m-th micro-batch of an epoch is
+global batch m·W + r, and its row j sits at position (m·W + r)·B + j (B = per-device batch size).
+"""
+
+import hashlib
+import math
+
+import torch
+from transformers import TrainerCallback
+
+KEYS = "_diffusion_norm_keys"  # key in a micro-batch's inputs: one generator seed per row
+
+
+def sample_key(seed, epoch, position):
+    """A 63-bit generator seed for one example; distinct inputs give unrelated seeds."""
+    digest = hashlib.blake2b(f"{seed}:{epoch}:{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def uniforms(keys, attention_mask, length, device):
+    """(t per row, one uniform per token): each row from its own generator, its own tokens first and in
+    order, then its padding - so the draws on an example's own tokens do not depend on how far its
+    batch was padded. Drawn on the CPU generator (the same numbers on every device), moved once."""
+    rows = len(keys)
+    t = torch.empty(rows)
+    u = torch.empty(rows, length)
+    own = torch.ones(rows, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool().cpu()
+    for row, key in enumerate(keys):
+        generator = torch.Generator().manual_seed(key)
+        t[row] = torch.rand(1, generator=generator)
+        count = int(own[row].sum())
+        u[row, own[row]] = torch.rand(count, generator=generator)
+        u[row, ~own[row]] = torch.rand(length - count, generator=generator)
+    return t.to(device), u.to(device)
+
+
+class DataOrder(TrainerCallback):
+    """Where the next micro-batch of this rank sits in the epoch's global data order (a Trainer
+    callback: it learns the epoch, and on a resumed run how many micro-batches were skipped, at
+    on_epoch_begin)."""
+
+    def __init__(self):
+        self.epoch = 0
+        self.next_batch = 0  # this rank's micro-batch index within the epoch
+
+    def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        per_rank = len(train_dataloader)
+        steps = max(math.ceil(per_rank / args.gradient_accumulation_steps), 1)
+        self.epoch = state.global_step // steps
+        self.next_batch = (state.global_step % steps) * args.gradient_accumulation_steps
+
+    def tag(self, args, batches):
+        """Yield each fetched micro-batch with its rows' generator seeds under KEYS."""
+        for batch in batches:
+            rows = batch["input_ids"].shape[0]
+            first = (self.next_batch * args.world_size + args.process_index) * args.per_device_train_batch_size
+            self.next_batch += 1
+            keys = [sample_key(args.seed, self.epoch, first + j) for j in range(rows)]
+            yield {**batch, KEYS: keys}
+
+
+def data_order(trainer):
+    """The trainer's DataOrder, registered with it on first use."""
+    order = trainer.__dict__.get("_diffusion_norm_order")
+    if order is None:
+        order = trainer.__dict__["_diffusion_norm_order"] = DataOrder()
+        trainer.add_callback(order)
+    return order
