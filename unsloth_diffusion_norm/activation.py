@@ -113,6 +113,21 @@ def unpatch():
     return status()
 
 
+# What a run gets unless its DiffusionConfig says otherwise, per mode.
+DEFAULTS = {
+    registry.PATCHED: (
+        "diffusion_loss_normalization=None: each profile's own (Nemotron: window); diffusion_noise=None: "
+        "'global', the release's own draws made at the window's first training step (resume-exact); "
+        "opt-ins per run: 'microbatch', 'window' for Dream / LLaDA, diffusion_noise='per_sample'"
+    ),
+    registry.NATIVE: (
+        "Unsloth's own training path (window-normalized natively; noise drawn while a window is fetched, "
+        "so a resumed run differs); opt-ins per run: diffusion_noise='global' (resume-exact) or "
+        "'per_sample', diffusion_loss_normalization='microbatch' or 'window'"
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Status:
     mode: str
@@ -120,6 +135,7 @@ class Status:
     shape: str
     reason: str
     patches: tuple  # (name, why) for every applied patch
+    defaults: str = None  # what a run gets unless its DiffusionConfig opts into something else
 
     def __str__(self):
         lines = [f"unsloth_diffusion_norm: mode={self.mode}, Unsloth {self.unsloth_version or 'not imported'}"]
@@ -127,6 +143,8 @@ class Status:
             lines.append(f"  recognised shape: {self.shape}")
         if self.reason:
             lines.append(f"  reason: {self.reason}")
+        if self.defaults:
+            lines.append(f"  defaults: {self.defaults}")
         lines += [f"  patched {name}: {why}" for name, why in self.patches]
         return "\n".join(lines)
 
@@ -139,4 +157,5 @@ def status():
         STATE.shape,
         STATE.reason,
         tuple((patch.name, patch.why) for patch in STATE.patches),
+        DEFAULTS.get(STATE.mode) if STATE.patches else None,
     )

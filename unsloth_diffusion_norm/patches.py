@@ -138,7 +138,8 @@ def build(shape, trainer_module, masked_module, profiles_module):
             DiffusionTrainer,
             "get_batch_samples",
             get_batch_samples,
-            "collects the window; its noise and masked-token count are shared by its micro-batches",
+            "collects the window (its noise and masked-token count are shared by its micro-batches) "
+            "and, for per-sample noise, each row's generator seed",
         ),
         Patch(
             "DiffusionTrainer.model_accepts_loss_kwargs",
@@ -152,7 +153,7 @@ def build(shape, trainer_module, masked_module, profiles_module):
             DiffusionTrainer,
             "__init__",
             trainer_init,
-            f"rejects a {config.FIELD} this trainer cannot honour, at construction",
+            "rejects flags this trainer cannot honour, at construction; sets up per-sample noise",
         ),
         *config_patches(DiffusionConfig),
     ]
