@@ -65,3 +65,12 @@ def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_p
     warnings = [l for l in stderr.splitlines() if "unsloth_diffusion_norm: Unsloth" in l]
     assert len(warnings) == 1 and f"Unsloth {unsloth_version()} is not supported" in warnings[0]
     assert "Nothing was patched" in warnings[0]
+
+
+@pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
+                    "doctor's exit 2 for unrecognised internals is tested in test_doctor.py")
+def test_doctor_exits_2_on_a_release_without_masked_diffusion():
+    env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1"}
+    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.cli", "doctor"], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 2 and "is not supported" in done.stdout

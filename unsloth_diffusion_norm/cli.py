@@ -1,4 +1,4 @@
-"""`unsloth-diffusion-norm reproduce`: the before / after / reference table on the tiny model."""
+"""`unsloth-diffusion-norm`: reproduce (before / after / reference table), status, doctor, bench."""
 
 import argparse
 import logging
@@ -20,6 +20,12 @@ def main(argv=None):
     reproduce = commands.add_parser("reproduce", help="before / after / reference table on a tiny model (CPU)")
     reproduce.add_argument("--seed", type=int, default=0, help="training seed (decides the noise)")
     commands.add_parser("status", help="print what the plugin did to the installed Unsloth")
+    doctor = commands.add_parser(
+        "doctor", help="is this stack affected, is the fix live, and a self-check against the oracle",
+        description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
+        "fixed, or self-check failed; 2 unsupported Unsloth.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
 
     _quiet_imports()
@@ -33,9 +39,18 @@ def main(argv=None):
     import contextlib
     import io
 
-    # Unsloth and the Trainer print banners and progress; keep the table readable.
+    # Unsloth and the Trainer print banners and progress; keep the output readable.
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth  # noqa: F401
+    if args.command == "doctor":
+        import json
+
+        from . import doctor as doctor_module
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = doctor_module.examine()
+        print(json.dumps(report, indent=1) if args.json else doctor_module.render(report))
+        return report["exit"]
     from . import reproduce as reproduce_module
 
     with contextlib.redirect_stdout(io.StringIO()):

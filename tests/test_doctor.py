@@ -1,0 +1,63 @@
+"""`unsloth-diffusion-norm doctor`: the right status and exit code in each case, with a real self-check."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm import cli, registry
+
+MODE = unsloth_diffusion_norm.apply().mode
+
+
+def doctor_json(capsys):
+    code = cli.main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["exit"] == code
+    return report
+
+
+def test_fixed_stack_passes_its_self_check(plugin, capsys):
+    report = doctor_json(capsys)
+    assert report["mode"] == MODE and report["exit"] == 0
+    check = report["self_check"]
+    assert check["passed"] and len(set(check["counts"])) > 1  # a window the bug would show in
+    assert set(report["versions"]) >= {"unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch"}
+
+
+def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
+    env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", "UNSLOTH_DIFFUSION_NORM": "0"}
+    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.cli", "doctor", "--json"],
+                          capture_output=True, text=True, env=env)
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    assert report["mode"] == registry.DISABLED and done.returncode == report["exit"]
+    if MODE == registry.NATIVE:  # Unsloth itself is right there
+        assert done.returncode == 0 and report["self_check"]["passed"]
+    else:
+        assert done.returncode == 1 and not report["self_check"]["passed"]
+        assert report["self_check"]["worst_error_over_tolerance"] > 100
+
+
+def test_unrecognised_internals_exit_2_without_a_self_check(capsys):
+    from unsloth.models.diffusion_masked import MaskedDiffusionProfile
+    from unsloth.models.diffusion_trainer import DiffusionTrainer
+
+    # A drifted release: a piece this mode's patch set relies on is gone from the real class.
+    owner, piece = (DiffusionTrainer, "_uses_global_masked_tokens") if MODE == registry.NATIVE else (
+        MaskedDiffusionProfile, "_token_ids")
+    unsloth_diffusion_norm.unpatch()
+    saved = vars(owner)[piece]
+    delattr(owner, piece)
+    try:
+        with pytest.raises(RuntimeError):
+            unsloth_diffusion_norm.apply()
+        report = doctor_json(capsys)
+        assert report["exit"] == 2 and report["mode"] == registry.UNSUPPORTED and "self_check" not in report
+        assert "not supported" in report["verdict"]
+    finally:
+        setattr(owner, piece, saved)
+        registry.STATE.mode = registry.PENDING
+        unsloth_diffusion_norm.apply()

@@ -1,0 +1,114 @@
+"""`unsloth-diffusion-norm doctor`: is this stack affected, is the fix live, and does it hold here?
+
+Prints the installed versions, the device, the plugin's mode with every patch and default, a verdict
+in one sentence, then a live self-check: the tiny model, one GA=2 window whose micro-batches draw
+unequal mask counts, through the real DiffusionTrainer, judged by the oracle.
+Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed, or the
+self-check failed; 2 an Unsloth this plugin does not support.
+"""
+
+import time
+from importlib import metadata
+
+from .registry import DISABLED, NATIVE, PATCHED, UNSUPPORTED
+
+PACKAGES = ("unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch")
+FIXED, AFFECTED, NOT_SUPPORTED = 0, 1, 2
+
+
+def versions():
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def device():
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name(0)})"
+    return "cpu"
+
+
+def natively_fixed():
+    """Does the installed Unsloth normalize by the window itself (whether or not the plugin is on)?"""
+    import importlib
+
+    from . import detect
+
+    try:
+        modules = [importlib.import_module(f"unsloth.models.diffusion_{m}") for m in ("trainer", "masked", "profiles")]
+    except ImportError:
+        return False
+    return detect.recognise(*modules)[0] == detect.NATIVE
+
+
+def examine(self_check=True):
+    """Everything doctor reports, as a dict (what --json prints)."""
+    from . import reproduce
+    from .activation import status
+
+    report = {"versions": versions(), "device": device()}
+    state = status()
+    report.update(mode=state.mode, shape=state.shape, reason=state.reason, defaults=state.defaults,
+                  patches=[name for name, _ in state.patches])
+    native = state.mode == NATIVE or (state.mode == DISABLED and natively_fixed())
+    release = f"Unsloth {state.unsloth_version or report['versions']['unsloth']}"
+    if state.mode == UNSUPPORTED:
+        report["verdict"] = (f"{release} is not supported ({state.reason}); nothing was "
+                             f"patched and diffusion losses are Unsloth's own.")
+        report["exit"] = NOT_SUPPORTED
+        return report
+    if state.mode == PATCHED:
+        verdict = (f"{release} normalizes per micro-batch; the plugin's fix is active, "
+                   f"so the loss is divided by the whole window's masked tokens.")
+    elif native:
+        verdict = f"{release} normalizes by the window natively; nothing needs fixing."
+    else:
+        verdict = (f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
+                   f"runs with gradient accumulation are affected.")
+    report["verdict"] = verdict
+    fixed = state.mode == PATCHED or native
+    if self_check:
+        started = time.perf_counter()
+        verdict = reproduce.measure(seed=0)  # this stack as it is: patched, native or unfixed
+        report["self_check"] = {
+            "counts": verdict.counts,
+            "loss": verdict.logged_loss,
+            "reference_loss": verdict.reference_loss,
+            "grad_error": verdict.grad_error,
+            "param_error": verdict.param_error,
+            "worst_error_over_tolerance": verdict.worst,
+            "passed": verdict.ok,
+            "seconds": round(time.perf_counter() - started, 2),
+            "device": "cpu",  # the tiny model and the oracle's RNG replay run on the CPU
+        }
+        fixed = fixed and verdict.ok
+    report["exit"] = FIXED if fixed else AFFECTED
+    return report
+
+
+def render(report):
+    lines = ["Installed: " + ", ".join(f"{k} {v or '—'}" for k, v in report["versions"].items()),
+             f"Device: {report['device']}",
+             f"Plugin: mode={report['mode']}" + (f", shape {report['shape']}" if report.get("shape") else "")]
+    if report.get("reason"):
+        lines.append(f"  reason: {report['reason']}")
+    if report.get("defaults"):
+        lines.append(f"  defaults: {report['defaults']}")
+    lines += [f"  patched: {name}" for name in report.get("patches", [])]
+    lines.append(f"Verdict: {report['verdict']}")
+    check = report.get("self_check")
+    if check:
+        lines.append(
+            f"Self-check (cpu, tiny model, GA 2, masked tokens {check['counts']}): "
+            f"{'PASS' if check['passed'] else 'FAIL'} - loss {check['loss']:.6f} vs oracle "
+            f"{check['reference_loss']:.6f}, max grad error {check['grad_error']:.2e}, max param error "
+            f"{check['param_error']:.2e}, worst error/tolerance {check['worst_error_over_tolerance']:.3g} "
+            f"({check['seconds']} s)"
+        )
+    return "\n".join(lines)
