@@ -1,7 +1,6 @@
 """When and whether the patch set goes on: post-import hooks, apply / unpatch, and status()."""
 
 import sys
-from dataclasses import dataclass
 
 from . import registry
 from .registry import STATE, logger
@@ -23,11 +22,57 @@ def register_hooks():
     global _hooks_registered
     if _hooks_registered:
         return
-    import wrapt
-
     _hooks_registered = True
-    wrapt.register_post_import_hook(_on_trainer_module, TRAINER_MODULE)
-    wrapt.register_post_import_hook(_on_unsloth, "unsloth")
+    hooks = {TRAINER_MODULE: _on_trainer_module, "unsloth": _on_unsloth}
+    pending = {name: hook for name, hook in hooks.items() if name not in sys.modules}
+    if pending:
+        sys.meta_path.insert(0, _PostImportFinder(pending))
+    for name, hook in hooks.items():
+        if name not in pending:
+            hook(sys.modules[name])
+
+
+class _PostImportFinder:
+    """Runs a hook right after a named module has executed, as wrapt.register_post_import_hook does -
+    without importing wrapt at `import unsloth_diffusion_norm` (wrapt 2 pulls in asyncio: ~40 ms)."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.finding = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.hooks or name in self.finding:
+            return None
+        self.finding.add(name)
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self.finding.discard(name)
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _HookedLoader(spec.loader, self.hooks.pop(name))
+        return spec
+
+
+class _HookedLoader:
+    def __init__(self, loader, hook):
+        self._loader, self._hook = loader, hook
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._hook(module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ...: Unsloth reads its own source
+        return getattr(self._loader, name)
 
 
 def _on_trainer_module(module):
@@ -128,14 +173,24 @@ DEFAULTS = {
 }
 
 
-@dataclass(frozen=True)
 class Status:
-    mode: str
-    unsloth_version: str
-    shape: str
-    reason: str
-    patches: tuple  # (name, why) for every applied patch
-    defaults: str = None  # what a run gets unless its DiffusionConfig opts into something else
+    """What status() reports; read-only by convention."""
+
+    FIELDS = ("mode", "unsloth_version", "shape", "reason", "patches", "defaults")
+
+    def __init__(self, mode, unsloth_version, shape, reason, patches, defaults=None):
+        self.mode = mode
+        self.unsloth_version = unsloth_version
+        self.shape = shape
+        self.reason = reason
+        self.patches = patches  # (name, why) for every applied patch
+        self.defaults = defaults  # what a run gets unless its DiffusionConfig opts into something else
+
+    def __eq__(self, other):
+        return isinstance(other, Status) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
+
+    def __repr__(self):
+        return "Status(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS) + ")"
 
     def __str__(self):
         lines = [f"unsloth_diffusion_norm: mode={self.mode}, Unsloth {self.unsloth_version or 'not imported'}"]

@@ -26,6 +26,13 @@ def main(argv=None):
         "fixed, or self-check failed; 2 unsupported Unsloth.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
+    bench.add_argument("--models", nargs="+", default=["tiny", "larger"], choices=["tiny", "larger"])
+    bench.add_argument("--blocks", type=int, default=3, help="interleaved blocks per variant and GA")
+    bench.add_argument("--steps", type=int, default=3, help="timed optimizer steps per block")
+    bench.add_argument("--plot", default="bench.png", help="PNG path (needs matplotlib); '' for none")
+    bench.add_argument("--no-ddp", action="store_true", help="skip the 2-rank collective count")
+    bench.add_argument("--json", help="also write the measurements here")
     args = parser.parse_args(argv)
 
     _quiet_imports()
@@ -42,6 +49,19 @@ def main(argv=None):
     # Unsloth and the Trainer print banners and progress; keep the output readable.
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth  # noqa: F401
+    if args.command == "bench":
+        import json
+
+        from . import bench as bench_module
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            found = bench_module.run(args.blocks, args.steps, args.models, args.plot or None, not args.no_ddp,
+                                     log=lambda line: print(line, file=sys.stderr))
+        print(bench_module.render(found))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(found, f, indent=1)
+        return 0
     if args.command == "doctor":
         import json
 

@@ -44,14 +44,14 @@ def tiny_checkpoint():
 _CHECKPOINT = None
 
 
-def load_model(lora=None):
+def load_model(lora=None, checkpoint=None):
     """The tiny model, full fine-tuning (lora=None) or LoRA on attention and MLP with the output head
     frozen (lora="frozen-head": fused-head loss path) or trained as a saved module (lora="saved-head":
     the head is no plain nn.Linear any more, so the loss takes the dense-logit path)."""
     from unsloth import FastModel
 
     model, tokenizer = FastModel.from_pretrained(
-        tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": "cpu"}
+        checkpoint or tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": "cpu"}
     )
     if lora is not None:
         extra = {"modules_to_save": ["diffusion_head"]} if lora == "saved-head" else {}
@@ -136,15 +136,18 @@ def train(
     diffusion_profile=None,
     before_train=None,
     resume_from_checkpoint=None,
+    checkpoint=None,
+    record=True,
     **config,
 ):
     """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run.
     `before_train(trainer)` may attach more instruments; `config` goes to DiffusionConfig and overrides
-    the settings below (e.g. save_strategy / save_steps / output_dir for a resume)."""
+    the settings below (e.g. save_strategy / save_steps / output_dir for a resume). `checkpoint`: another
+    model directory; `record=False`: no recording and no oracle copy (benchmarks)."""
     from datasets import Dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
-    model, tokenizer = load_model(lora=lora)
+    model, tokenizer = load_model(lora=lora, checkpoint=checkpoint)
     settings = dict(
         output_dir=tempfile.mkdtemp(prefix="udn-run-"),  # unless config names one
         per_device_train_batch_size=batch_size,
@@ -179,7 +182,13 @@ def train(
     )
     # Keep the data in the order given, so a case can place each micro-batch where it wants it.
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
-    run = Run(trainer=trainer, reference_model=load_model(lora=lora)[0])
+    if not record:
+        run = Run(trainer=trainer)
+        if before_train is not None:
+            before_train(trainer)
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+        return run
+    run = Run(trainer=trainer, reference_model=load_model(lora=lora, checkpoint=checkpoint)[0])
     fetch = trainer.get_batch_samples
     drawn_while_fetching = []  # RNG state before a natively fixed release's first prepare_batch
 

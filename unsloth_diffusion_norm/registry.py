@@ -5,8 +5,6 @@ Imports neither torch nor Unsloth.
 """
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
 logger = logging.getLogger("unsloth_diffusion_norm")
 MISSING = object()
@@ -19,15 +17,19 @@ DISABLED = "disabled"  # UNSLOTH_DIFFUSION_NORM=0
 UNSUPPORTED = "unsupported"  # a release or shape we do not recognise; nothing patched
 
 
-@dataclass
+# Plain classes, not dataclasses: `import unsloth_diffusion_norm` stays cheap (dataclasses pulls inspect).
 class Patch:
-    name: str
-    owner: Any  # a class, an instance, or a dict when `item` is set
-    attribute: str
-    make: Callable[[Any], Any]  # what is there now (MISSING if nothing) -> the replacement
-    why: str
-    item: bool = False
-    saved: Any = field(default=MISSING, repr=False)  # the owner's own value before apply
+    def __init__(self, name, owner, attribute, make, why, item=False):
+        self.name = name
+        self.owner = owner  # a class, an instance, or a dict when `item` is set
+        self.attribute = attribute
+        self.make = make  # what is there now (MISSING if nothing) -> the replacement
+        self.why = why
+        self.item = item
+        self.saved = MISSING  # the owner's own value before apply
+
+    def __repr__(self):
+        return f"Patch({self.name!r})"
 
     def _own(self):
         own = self.owner if self.item else vars(self.owner)
@@ -55,13 +57,13 @@ class Patch:
             setattr(self.owner, self.attribute, value)
 
 
-@dataclass
 class State:
-    mode: str = PENDING
-    unsloth_version: str = None
-    shape: str = None  # which code shape of Unsloth was recognised
-    reason: str = None  # why nothing was patched, when nothing was
-    patches: list = field(default_factory=list)
+    def __init__(self):
+        self.mode = PENDING
+        self.unsloth_version = None
+        self.shape = None  # which code shape of Unsloth was recognised
+        self.reason = None  # why nothing was patched, when nothing was
+        self.patches = []
 
 
 STATE = State()

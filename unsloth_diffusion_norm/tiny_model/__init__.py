@@ -49,11 +49,13 @@ def write_tiny_checkpoint(directory, seed=0, **config_overrides):
 
     os.makedirs(directory, exist_ok=True)
     config = NemotronLabsDiffusionConfig(
-        vocab_size=VOCAB_SIZE,
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
-        mask_token_id=MASK_ID,
-        **config_overrides,
+        **{
+            "vocab_size": VOCAB_SIZE,
+            "eos_token_id": EOS_ID,
+            "pad_token_id": PAD_ID,
+            "mask_token_id": MASK_ID,
+            **config_overrides,  # e.g. a larger model for benchmarks (its tokenizer stays tiny)
+        }
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
