@@ -8,7 +8,9 @@ Prints a markdown table of medians and ratios and, when matplotlib is installed,
 
 Peak memory: on CPU the process's peak resident set (VmHWM, reset before each block through
 /proc/self/clear_refs), which includes every library loaded; the "above start" column is the peak minus
-the resident set at the block's start.
+the resident set at the block's start. Memory is measured in a second process started with a fixed glibc
+mmap threshold (MALLOC_MMAP_THRESHOLD_), so freed tensors go back to the system between blocks and every
+block starts from what is really live; step times come from the first process, with glibc's defaults.
 """
 
 import os
@@ -113,7 +115,24 @@ def collectives():
     return sorted({c for row in rows for c in row["collectives"]})
 
 
-def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print):
+def memory_in_child(models, log):
+    """{(model, ga, variant): (peak MiB, above start MiB)} from `bench --memory-only` under a fixed mmap
+    threshold (see the module docstring)."""
+    import json
+
+    out = tempfile.mkstemp(prefix="udn-bench-", suffix=".json")[1]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
+    command = [sys.executable, "-m", "unsloth_diffusion_norm.cli", "bench", "--memory-only", "--blocks", "1",
+               "--steps", "1", "--no-ddp", "--plot", "", "--json", out, "--models", *models]
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out) as f:
+        rows = json.load(f)["rows"]
+    os.unlink(out)
+    log("bench: memory measured")
+    return {(r["model"], r["ga"], r["variant"]): (r["peak_mib"], r["above_mib"]) for r in rows}
+
+
+def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print, memory_only=False):
     from . import experiment
     from .activation import status
 
@@ -142,6 +161,12 @@ def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print)
                     peak_mib=max(p for p, _ in peaks[(ga, label)]) / 1024,
                     above_mib=max(a for _, a in peaks[(ga, label)]) / 1024, samples=len(times[(ga, label)]),
                 ))
+    if memory_only:
+        return found
+    if sys.platform == "linux":
+        memory = memory_in_child(models, log)
+        for row in found["rows"]:
+            row["peak_mib"], row["above_mib"] = memory[(row["model"], row["ga"], row["variant"])]
     found["import_ms"], found["import_torch"], found["import_unsloth"] = import_cost()
     found["collectives_per_step"] = collectives() if ddp else None
     if plot:

@@ -33,6 +33,7 @@ def main(argv=None):
     bench.add_argument("--plot", default="bench.png", help="PNG path (needs matplotlib); '' for none")
     bench.add_argument("--no-ddp", action="store_true", help="skip the 2-rank collective count")
     bench.add_argument("--json", help="also write the measurements here")
+    bench.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     _quiet_imports()
@@ -56,8 +57,9 @@ def main(argv=None):
 
         with contextlib.redirect_stdout(io.StringIO()):
             found = bench_module.run(args.blocks, args.steps, args.models, args.plot or None, not args.no_ddp,
-                                     log=lambda line: print(line, file=sys.stderr))
-        print(bench_module.render(found))
+                                     log=lambda line: print(line, file=sys.stderr), memory_only=args.memory_only)
+        if not args.memory_only:
+            print(bench_module.render(found))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(found, f, indent=1)
