@@ -29,7 +29,7 @@ test: setup
 # Every supported Unsloth release (and the oldest transformers / TRL that work), one environment per
 # leg under .matrix/, the whole suite in each; rewrites the README's compatibility table.
 matrix:
-	$(PYTHON) scripts/matrix.py --readme README.md
+	$(PYTHON) scripts/matrix.py --readme README.md $(MATRIX_FLAGS)
 
 clean:
 	rm -rf $(VENV) .matrix unsloth_compiled_cache

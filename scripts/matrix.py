@@ -151,6 +151,8 @@ def main(argv=None):
     parser.add_argument("--results", default=os.path.join(ROOT, "matrix", "results.json"))
     parser.add_argument("--readme", help="rewrite the compatibility table in this README from the results")
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from saved results, run nothing")
+    parser.add_argument("--remove-after", action="store_true", help="delete each leg's environment once tested "
+                        "(CI: ~3 GB a leg)")
     ARGS = parser.parse_args(argv)
     if ARGS.list:
         print("\n".join(leg.name for leg in LEGS))
@@ -171,6 +173,8 @@ def main(argv=None):
                 result.update(build_seconds=round(time.time() - t), **test(leg, where, log))
             else:
                 result.update(exit="build failed")
+            if ARGS.remove_after:
+                shutil.rmtree(where, ignore_errors=True)
             print(f"{leg.name}: {result.get('mode')} exit={result['exit']} "
                   f"{result.get('passed')} passed {result.get('skipped')} skipped {result.get('failed')} failed "
                   f"({round(time.time() - t)} s; log {os.path.relpath(log, ROOT)})", flush=True)

@@ -12,7 +12,7 @@ import wrapt
 
 from . import config, detect, loss, noise, per_sample
 from .registry import Patch
-from .window import SLOT, Window, data_parallel_rule
+from .window import SLOT, Window, data_parallel_rule, fetch
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
 
@@ -77,13 +77,7 @@ def build(shape, trainer_module, masked_module, profiles_module):
             epoch_iterator = per_sample.data_order(trainer).tag(trainer.args, epoch_iterator)
         if not uses_window(trainer):
             return super(DiffusionTrainer, trainer).get_batch_samples(epoch_iterator, num_batches, device)
-        batches = []
-        for _ in range(num_batches):
-            try:
-                inputs = next(epoch_iterator)
-            except StopIteration:
-                break
-            batches.append({**trainer._prepare_inputs(inputs), SLOT: len(batches)})
+        batches = fetch(trainer, epoch_iterator, num_batches)
         if not batches:
             return batches, None
         # The window stands in for num_items_in_batch: not None, so Trainer does not divide by the
@@ -282,13 +276,7 @@ def _draw_at_first_step_on_this_trainer(trainer):
     reduce_count, _ = data_parallel_rule(trainer)  # upstream's trainer scales the loss for DDP itself
 
     def get_batch_samples(epoch_iterator, num_batches, device=None):
-        batches = []
-        for _ in range(num_batches):
-            try:
-                inputs = next(epoch_iterator)
-            except StopIteration:
-                break
-            batches.append({**trainer._prepare_inputs(inputs), SLOT: len(batches)})
+        batches = fetch(trainer, epoch_iterator, num_batches)
         return (batches, Window(batches, reduce_count, 1)) if batches else (batches, None)
 
     def compute_loss(model, inputs, args, num_items_in_batch=None):

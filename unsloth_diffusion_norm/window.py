@@ -25,6 +25,18 @@ class Window:
         return self.noises[index]
 
 
+def fetch(trainer, epoch_iterator, num_batches):
+    """The window's micro-batches, prepared for the device and tagged with their slot. Nothing is drawn."""
+    batches = []
+    for _ in range(num_batches):
+        try:
+            inputs = next(epoch_iterator)
+        except StopIteration:
+            break
+        batches.append({**trainer._prepare_inputs(inputs), SLOT: len(batches)})
+    return batches
+
+
 def data_parallel_rule(trainer):
     """(reduce_count, loss_scale) for this trainer: `counting_rule` bound to its accelerator."""
     args, accelerator = trainer.args, trainer.accelerator
