@@ -226,7 +226,9 @@ def run_case(name, case):
         case=name,
         rank=rank,
         ranks=world,
-        counts=[[[int(m) for m in oracle_counts(r[i])] for r in seen] for i in range(len(run.windows))],
+        counts=[
+            [[int(m.masked.sum()) for m in experiment.realized(*r[i])] for r in seen] for i in range(len(run.windows))
+        ],
         noise_levels=[experiment.noise_levels(*window) for window in seen[rank]],
         sample_masks=(
             {str(k): v for k, v in experiment.masks_by_sample(seen[rank]).items()}
@@ -258,15 +260,6 @@ def run_case(name, case):
             unsloth_diffusion_norm.apply()
     result.ok = result.worst <= 1.0
     return result
-
-
-def oracle_counts(rank_window):
-    """Realized masked tokens per micro-batch of one rank's window, replayed by the oracle."""
-    from . import oracle
-    from .tiny_model import EOS_ID
-
-    batches, state = rank_window
-    return [int(m.masked.sum()) for m in oracle.replay_noise(batches, state, 1e-3, EOS_ID)]
 
 
 def worker(names, out):
