@@ -1,4 +1,6 @@
-"""The patch set for Unsloth 2026.10.4-.6: window-normalized masked-diffusion loss.
+"""The patch sets: `build` for Unsloth 2026.10.4-.6 (window-normalized masked-diffusion loss, the two
+per-run flags), `build_native` for 2026.10.7+ (the flags only; anything a flag asks for is set up on
+that trainer alone, and the training path stays Unsloth's).
 
 Only Unsloth's own diffusion classes are touched (DiffusionTrainer, DiffusionConfig,
 MaskedDiffusionProfile and the Nemotron profile instance), never transformers.Trainer or
