@@ -223,12 +223,14 @@ def build_native(trainer_module, masked_module):
     def trainer_init(wrapped, trainer, pos, kwargs):
         wrapped(*pos, **kwargs)
         _check_flags(trainer, MaskedDiffusionProfile)
+        if all(getattr(trainer.args, field, None) is None for field in config.FIELDS):
+            return  # the defaults: Unsloth's own trainer, untouched
+        # One copy of the profile for this trainer; whatever a flag asks for is set up on the copy.
         profile = trainer.diffusion_profile
         wanted = config.native_normalization(profile, trainer.args)
-        if wanted != getattr(profile, "loss_normalization", None):
-            trainer.diffusion_profile = dataclasses.replace(profile, loss_normalization=wanted)
-            # Upstream derives this from the profile in __init__; derive it again for the copy.
-            trainer.model_accepts_loss_kwargs = trainer._uses_global_masked_tokens()
+        trainer.diffusion_profile = dataclasses.replace(profile, loss_normalization=wanted)
+        # Upstream derives this from the profile in __init__; derive it again for the copy.
+        trainer.model_accepts_loss_kwargs = trainer._uses_global_masked_tokens()
         noise_mode = getattr(trainer.args, config.NOISE_FIELD, None)
         if noise_mode == config.GLOBAL:
             _draw_at_first_step_on_this_trainer(trainer)
@@ -241,7 +243,8 @@ def build_native(trainer_module, masked_module):
             DiffusionTrainer,
             "__init__",
             trainer_init,
-            f"honours {config.FIELD} through upstream's own loss_normalization, per trainer",
+            "honours the per-run flags on that trainer alone (a profile copy with upstream's "
+            "loss_normalization; its own noise methods for diffusion_noise)",
         ),
         *config_patches(trainer_module.DiffusionConfig),
     ]
@@ -250,7 +253,7 @@ def build_native(trainer_module, masked_module):
 def _per_sample_on_this_trainer(trainer, masked_module):
     """Native releases: keyed noise for this trainer only - its own profile copy draws from the keys its
     own get_batch_samples view attaches; Unsloth's classes are not touched."""
-    profile = trainer.diffusion_profile = dataclasses.replace(trainer.diffusion_profile)
+    profile = trainer.diffusion_profile  # this trainer's own copy
     release_prepare_batch = profile.prepare_batch
     order = per_sample.data_order(trainer)
 
@@ -273,7 +276,7 @@ def _draw_at_first_step_on_this_trainer(trainer):
     restored a resumed run's RNG. For this trainer only; upstream's loss and count arithmetic stay."""
     if not trainer._uses_global_masked_tokens():
         return  # a per-micro-batch loss draws in compute_loss already, after any restore
-    profile = trainer.diffusion_profile = dataclasses.replace(trainer.diffusion_profile)
+    profile = trainer.diffusion_profile  # this trainer's own copy
     release_compute_loss = profile.compute_loss
     reduce_count, _ = data_parallel_rule(trainer)  # upstream's trainer scales the loss for DDP itself
 
