@@ -11,17 +11,27 @@ Set UNSLOTH_DIFFUSION_NORM=0 to turn the import-time patching off.
 
 import os
 
-from .activation import apply, status, unpatch
+from .activation import apply, status, unpatch, unpatched
 
-__all__ = ["apply", "status", "unpatch", "ENV"]
+__all__ = ["apply", "status", "unpatch", "unpatched", "ENV"]
 __version__ = "0.1.0"
 ENV = "UNSLOTH_DIFFUSION_NORM"
+OFF, ON = ("0", "false", "no", "off"), ("1", "true", "yes", "on", "")
 
-if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-    from .activation import disable
 
-    disable(f"{ENV}={os.environ[ENV]}")
-else:
-    from .activation import register_hooks
+def _switch():
+    from .activation import _log_once, disable, register_hooks
 
+    value = os.environ.get(ENV, "1")
+    if value.strip().lower() in OFF:
+        return disable(f"{ENV}={value}")
+    if value.strip().lower() not in ON:
+        _log_once(
+            30,
+            f"unsloth_diffusion_norm: {ENV}={value!r} is not understood, so patching stays on; "
+            f"use one of {', '.join(OFF)} to turn it off, or {', '.join(v for v in ON if v)} to keep it on.",
+        )
     register_hooks()
+
+
+_switch()

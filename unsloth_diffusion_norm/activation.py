@@ -80,8 +80,11 @@ def _on_trainer_module(module):
     try:
         if STATE.mode == registry.PENDING:
             apply()
+        elif STATE.mode == registry.DISABLED and not STATE.patches:
+            _accept_flags_only(module)
     except Exception as error:  # noqa: BLE001 - reported, and everything is left original
-        _unsupported(f"the patch could not be applied ({type(error).__name__}: {error})")
+        if STATE.mode not in (registry.UNSUPPORTED, registry.BROKEN):  # already said, precisely
+            _unsupported(f"the patch could not be applied ({type(error).__name__}: {error})")
 
 
 def _on_unsloth(module):
@@ -106,23 +109,79 @@ def _unsupported(reason):
     )
 
 
+def _broken(shape, error):
+    """The plugin's own installation lacks a module it needs: say which, how to install it, and what
+    training gets meanwhile."""
+    from .detect import NATIVE
+
+    missing = error.name or str(error)
+    STATE.mode, STATE.shape = registry.BROKEN, shape
+    STATE.reason = f"broken installation: the module {missing!r} is missing ({_install_hint(missing)})"
+    if shape == NATIVE:
+        effect = (f"Unsloth {STATE.unsloth_version} normalizes by the window natively, so the loss is right, "
+                  "but the plugin's DiffusionConfig flags are unavailable")
+    else:
+        effect = (f"Nothing was patched: Unsloth {STATE.unsloth_version} will train with its per-micro-batch "
+                  "loss normalization (the bug this plugin fixes)")
+    _log_once(30, f"unsloth_diffusion_norm: {STATE.reason}. {effect}.")
+    return f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {STATE.reason}"
+
+
+def _install_hint(module):
+    """The pip command for one of our own requirements, as pyproject states it."""
+    import re
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("unsloth-diffusion-norm") or []
+    except metadata.PackageNotFoundError:
+        requirements = []
+    for requirement in requirements:
+        requirement = requirement.split(";")[0].strip()
+        if re.split(r"[<>=!~\[ ]", requirement, maxsplit=1)[0].lower().replace("-", "_") == module.lower():
+            return f"pip install '{requirement}'"
+    return f"pip install {module}"
+
+
 def disable(reason):
+    """UNSLOTH_DIFFUSION_NORM=0: the release's own training path. The two DiffusionConfig flags stay
+    accepted (a script keeps parsing), and a trainer whose flag asks for something is refused."""
     STATE.mode, STATE.reason = registry.DISABLED, reason
-    _log_once(20, f"unsloth_diffusion_norm: disabled by {reason}; nothing is patched.")
+    _log_once(
+        30,
+        f"unsloth_diffusion_norm: disabled by {reason}; Unsloth's diffusion loss is left as the release has "
+        "it (2026.10.4-.6: per-micro-batch normalization).",
+    )
+    register_hooks()
+
+
+def _accept_flags_only(trainer_module):
+    trainer, config = (getattr(trainer_module, n, None) for n in ("DiffusionTrainer", "DiffusionConfig"))
+    if trainer is None or not hasattr(config, "__dataclass_fields__"):
+        return  # nothing that takes the flags: nothing to accept them on
+    from . import patches
+
+    registry.apply_all(patches.build_disabled(trainer_module, STATE.reason))
 
 
 def apply():
     """Recognise the installed Unsloth and apply the matching patch set (all or nothing). Idempotent.
 
     Returns status(). Raises RuntimeError, naming the release and what was missing, for an
-    Unsloth this plugin does not recognise; nothing is patched then."""
+    Unsloth this plugin does not recognise, or naming the missing module for a broken installation;
+    nothing is patched then."""
     import importlib
 
     from . import detect
 
-    if STATE.patches:
+    if STATE.patches and STATE.mode in (registry.PATCHED, registry.NATIVE):
         return status()
+    registry.revert_all()  # the flags-only set of a disabled plugin, if any
     STATE.unsloth_version = detect.unsloth_version()
+    if STATE.unsloth_version is None:
+        reason = "Unsloth is not installed (pip install unsloth)"
+        _unsupported(reason)
+        raise RuntimeError(f"unsloth_diffusion_norm: {reason}")
     try:
         trainer_module, masked_module, profiles_module = (
             importlib.import_module(name) for name in (TRAINER_MODULE, *DIFFUSION_MODULES)
@@ -137,7 +196,10 @@ def apply():
         reason = "unrecognised diffusion internals; missing: " + ", ".join(missing)
         _unsupported(reason)
         raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}")
-    from . import patches
+    try:
+        from . import patches
+    except ImportError as error:
+        raise RuntimeError(_broken(shape, error)) from None
 
     if shape == detect.NATIVE:
         # Fixed upstream: the training path stays Unsloth's; only the per-run flag is added.
@@ -151,11 +213,33 @@ def apply():
 
 
 def unpatch():
-    """Restore every original Unsloth object. Returns status() (mode 'pending' afterwards)."""
+    """Restore every original Unsloth object. The choice holds until apply(), also when made before
+    Unsloth is imported (the import hooks then leave it alone). Returns status()."""
     registry.revert_all()
-    if STATE.mode == registry.PATCHED:
-        STATE.mode = registry.PENDING
+    if STATE.mode not in (registry.UNSUPPORTED, registry.BROKEN):  # keep a diagnosis: nothing was patched
+        STATE.mode, STATE.reason = registry.UNPATCHED, "unpatch() was called; apply() puts the patches back"
     return status()
+
+
+class unpatched:
+    """`with unsloth_diffusion_norm.unpatched():` the release's originals inside, the patches back after
+    (whatever was in place before: patched, native, or the flags of a disabled plugin)."""
+
+    def __enter__(self):
+        self.mode, self.reason = STATE.mode, STATE.reason
+        unpatch()
+        return status()
+
+    def __exit__(self, *exc):
+        if self.mode in (registry.PATCHED, registry.NATIVE):
+            apply()
+        elif self.mode == registry.DISABLED:
+            STATE.mode, STATE.reason = self.mode, self.reason
+            if TRAINER_MODULE in sys.modules:
+                _accept_flags_only(sys.modules[TRAINER_MODULE])
+        else:
+            STATE.mode, STATE.reason = self.mode, self.reason
+        return False
 
 
 # What a run gets unless its DiffusionConfig says otherwise, per mode.
@@ -164,6 +248,10 @@ DEFAULTS = {
         "diffusion_loss_normalization=None: each profile's own (Nemotron: window); diffusion_noise=None: "
         "'global', the release's own draws made at the window's first training step (resume-exact); "
         "opt-ins per run: 'microbatch', 'window' for Dream / LLaDA, diffusion_noise='per_sample'"
+    ),
+    registry.DISABLED: (
+        "the release's own training path; the DiffusionConfig flags are accepted, and a trainer whose flag "
+        "is set is refused at construction"
     ),
     registry.NATIVE: (
         "Unsloth's own training path (window-normalized natively; noise drawn while a window is fetched, "
@@ -205,7 +293,8 @@ class Status:
 
 
 def status():
-    """Unsloth version, mode (pending / patched / native / disabled / unsupported) and every patch."""
+    """Unsloth version, mode (pending / patched / native / disabled / unpatched / unsupported / broken) and
+    every patch."""
     return Status(
         STATE.mode,
         STATE.unsloth_version,

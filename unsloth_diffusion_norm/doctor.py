@@ -3,14 +3,15 @@
 Prints the installed versions, the device, the plugin's mode with every patch and default, a verdict
 in one sentence, then a live self-check: the tiny model, one GA=2 window whose micro-batches draw
 unequal mask counts, through the real DiffusionTrainer, judged by the oracle.
-Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed, or the
-self-check failed; 2 an Unsloth this plugin does not support.
+Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed (disabled,
+unpatched, or a broken installation of the plugin), or the self-check failed; 2 an Unsloth this plugin
+does not support.
 """
 
 import time
 from importlib import metadata
 
-from .registry import DISABLED, NATIVE, PATCHED, UNSUPPORTED
+from .registry import BROKEN, DISABLED, NATIVE, PATCHED, UNPATCHED, UNSUPPORTED
 
 PACKAGES = ("unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch")
 FIXED, AFFECTED, NOT_SUPPORTED = 0, 1, 2
@@ -56,7 +57,7 @@ def examine(self_check=True):
     state = status()
     report.update(mode=state.mode, shape=state.shape, reason=state.reason, defaults=state.defaults,
                   patches=[name for name, _ in state.patches])
-    native = state.mode == NATIVE or (state.mode == DISABLED and natively_fixed())
+    native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     release = f"Unsloth {state.unsloth_version or report['versions']['unsloth']}"
     if state.mode == UNSUPPORTED:
         report["verdict"] = (f"{release} is not supported ({state.reason}); nothing was "
@@ -66,13 +67,19 @@ def examine(self_check=True):
     if state.mode == PATCHED:
         verdict = (f"{release} normalizes per micro-batch; the plugin's fix is active, "
                    f"so the loss is divided by the whole window's masked tokens.")
+    elif state.mode == BROKEN:
+        verdict = f"the plugin's {state.reason}; " + (
+            f"{release} normalizes by the window natively, so losses are right, but the plugin's flags are "
+            "unavailable." if native else
+            f"{release} normalizes per micro-batch, so runs with gradient accumulation are affected."
+        )
     elif native:
         verdict = f"{release} normalizes by the window natively; nothing needs fixing."
     else:
         verdict = (f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
                    f"runs with gradient accumulation are affected.")
     report["verdict"] = verdict
-    fixed = state.mode == PATCHED or native
+    fixed = state.mode == PATCHED or (native and state.mode != BROKEN)
     if self_check:
         started = time.perf_counter()
         verdict = reproduce.measure(seed=0)  # this stack as it is: patched, native or unfixed

@@ -176,6 +176,16 @@ def config_patches(DiffusionConfig):
                 "the per-run flag survives to_dict() / to_json_string() and argument parsing",
                 item=True,
             ),
+            # HfArgumentParser / TrlParser take each field's type from typing.get_type_hints, which reads
+            # the class annotations, not __dataclass_fields__.
+            Patch(
+                f"DiffusionConfig.{field} (annotation)",
+                vars(DiffusionConfig)["__annotations__"],
+                field,
+                lambda current, field=field: _ConfigFields.__annotations__[field],
+                "argument parsers (HfArgumentParser, TrlParser: command line, dict, YAML) see the flag",
+                item=True,
+            ),
             Patch(f"DiffusionConfig.{field} (default)", DiffusionConfig, field, lambda current: None,
                   "None = the release's / profile's default"),
         ]
@@ -189,6 +199,28 @@ def config_patches(DiffusionConfig):
         )
     )
     return patches
+
+
+def build_disabled(trainer_module, reason):
+    """UNSLOTH_DIFFUSION_NORM=0: the flags stay accepted on DiffusionConfig (scripts keep parsing), and a
+    trainer whose flag asks for something is refused - the run must not silently train other than asked."""
+
+    @wrapt.decorator
+    def refuse_flags(wrapped, trainer, pos, kwargs):
+        wrapped(*pos, **kwargs)
+        asked = {f: getattr(trainer.args, f, None) for f in config.FIELDS}
+        asked = ", ".join(f"{f}={v!r}" for f, v in asked.items() if v is not None)
+        if asked:
+            raise ValueError(
+                f"unsloth_diffusion_norm is turned off ({reason}), so {asked} cannot be honoured. Unset "
+                f"UNSLOTH_DIFFUSION_NORM (or set it to 1) to use the flag, or leave the flag at None."
+            )
+
+    return [
+        Patch("DiffusionTrainer.__init__", trainer_module.DiffusionTrainer, "__init__", refuse_flags,
+              "refuses a run whose DiffusionConfig flag the disabled plugin cannot honour"),
+        *config_patches(trainer_module.DiffusionConfig),
+    ]
 
 
 def _check_flags(trainer, MaskedDiffusionProfile):
@@ -278,7 +310,8 @@ def _draw_at_first_step_on_this_trainer(trainer):
         return  # a per-micro-batch loss draws in compute_loss already, after any restore
     profile = trainer.diffusion_profile  # this trainer's own copy
     release_compute_loss = profile.compute_loss
-    reduce_count, _ = data_parallel_rule(trainer)  # upstream's trainer scales the loss for DDP itself
+    # Upstream's compute_loss scales the loss by all processes itself: count the way upstream counts.
+    reduce_count, _ = data_parallel_rule(trainer, upstream=True)
 
     def get_batch_samples(epoch_iterator, num_batches, device=None):
         batches = fetch(trainer, epoch_iterator, num_batches)

@@ -13,8 +13,10 @@ MISSING = object()
 PENDING = "pending"  # Unsloth not imported yet; hooks are waiting
 PATCHED = "patched"  # an affected release, fixed by our patches
 NATIVE = "native"  # the release normalizes by the window itself; only the per-run flag is added
-DISABLED = "disabled"  # UNSLOTH_DIFFUSION_NORM=0
+DISABLED = "disabled"  # UNSLOTH_DIFFUSION_NORM=0: the flags are accepted, the training path is the release's
+UNPATCHED = "unpatched"  # the user called unpatch(); remembered until apply()
 UNSUPPORTED = "unsupported"  # a release or shape we do not recognise; nothing patched
+BROKEN = "broken"  # the plugin's own installation is incomplete (a dependency is missing); nothing patched
 
 
 # Plain classes, not dataclasses: `import unsloth_diffusion_norm` stays cheap (dataclasses pulls inspect).
