@@ -15,6 +15,7 @@ import math
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_utils import has_length
 
 KEYS = "_diffusion_norm_keys"  # key in a micro-batch's inputs: one generator seed per row
 
@@ -50,12 +51,25 @@ class DataOrder(TrainerCallback):
     def __init__(self):
         self.epoch = 0
         self.next_batch = 0  # this rank's micro-batch index within the epoch
+        self.epochs_begun = 0  # in this train() call
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.epochs_begun = 0
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
-        per_rank = len(train_dataloader)
-        steps = max(math.ceil(per_rank / args.gradient_accumulation_steps), 1)
-        self.epoch = state.global_step // steps
-        self.next_batch = (state.global_step % steps) * args.gradient_accumulation_steps
+        if has_length(train_dataloader):
+            per_rank = len(train_dataloader)
+            steps = max(math.ceil(per_rank / args.gradient_accumulation_steps), 1)
+            self.epoch = state.global_step // steps
+            self.next_batch = (state.global_step % steps) * args.gradient_accumulation_steps
+        else:
+            # Streaming data has no length: Trainer runs epoch after epoch until max_steps, and a resumed
+            # run skips global_step windows of its first epoch (the same rule Trainer applies to the data).
+            first = self.epochs_begun == 0
+            self.epoch = 0 if first else self.epoch + 1
+            skipped = 0 if args.ignore_data_skip else state.global_step * args.gradient_accumulation_steps
+            self.next_batch = skipped if first else 0
+        self.epochs_begun += 1
 
     def tag(self, args, batches):
         """Yield each fetched micro-batch with its rows' generator seeds under KEYS."""

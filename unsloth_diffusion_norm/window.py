@@ -37,14 +37,16 @@ def fetch(trainer, epoch_iterator, num_batches):
     return batches
 
 
-def data_parallel_rule(trainer):
-    """(reduce_count, loss_scale) for this trainer: `counting_rule` bound to its accelerator."""
+def data_parallel_rule(trainer, upstream=False):
+    """(reduce_count, loss_scale) for this trainer: `counting_rule` bound to its accelerator. `upstream`:
+    for the native opt-in path, which keeps upstream's compute_loss and so must keep its count."""
     args, accelerator = trainer.args, trainer.accelerator
     replicas, loss_scale = counting_rule(
         args.average_tokens_across_devices,
         args.world_size,
         accelerator.num_processes,
         getattr(accelerator, "parallelism_config", None),
+        upstream,
     )
     if replicas is None:
         return (lambda count: count), loss_scale
@@ -52,7 +54,7 @@ def data_parallel_rule(trainer):
     return (lambda count: accelerator.gather(count.reshape(1)).sum() // replicas), loss_scale
 
 
-def counting_rule(average_tokens_across_devices, world_size, num_processes, parallelism_config):
+def counting_rule(average_tokens_across_devices, world_size, num_processes, parallelism_config, upstream=False):
     """(replicas, loss_scale): how a window's count is combined across processes, and the loss factor.
 
     replicas is None for a rank-local count (one process, or average_tokens_across_devices=False, as
@@ -60,9 +62,14 @@ def counting_rule(average_tokens_across_devices, world_size, num_processes, para
     number of processes holding the same batch (tensor / context / sequence parallel ranks), so no
     data is counted twice. DDP then averages gradients over the ranks that hold different data, so the
     loss is multiplied by their number to leave the gradient of sum(S) / sum(N). Both numbers mirror
-    transformers' own Trainer (get_batch_samples and compute_loss, 5.x) for token-counted losses."""
+    transformers' own Trainer (get_batch_samples and compute_loss, 5.x) for token-counted losses.
+
+    `upstream`: Unsloth 2026.10.7+'s own rule (all processes' counts summed, the loss multiplied by all
+    processes; a replicated batch is in both, so it cancels), which its compute_loss applies."""
     if not (average_tokens_across_devices and world_size > 1):
         return None, 1
+    if upstream:
+        return 1, num_processes
     if parallelism_config is None:
         return 1, num_processes
     return parallelism_config.non_data_parallel_size, num_processes // parallelism_config.tp_size
