@@ -144,3 +144,21 @@ def test_noise_levels_per_rank_identical_with_global_noise_distinct_with_per_sam
 
 def test_per_sample_resume_is_bitwise_on_every_rank_in_every_mode(results):
     assert all(row["resume_difference"] == 0.0 for row in ranks_of(results, "per-sample-resume"))
+
+
+@pytest.mark.parametrize("layout", [dict(dp_shard_size=2, tp_size=2), dict(dp_replicate_size=2, dp_shard_size=2, tp_size=2)])
+def test_native_opt_in_keeps_upstreams_count_so_tensor_parallel_is_not_counted_twice(layout):
+    """On 2026.10.7+ diffusion_noise='global' keeps upstream's compute_loss, which multiplies the loss by
+    every process; its count must then be upstream's too (every process summed). Both the plugin's own
+    rule and upstream's give each rank the gradient of sum(S) / sum(N) when TP pairs hold one batch."""
+    config = ParallelismConfig(**layout)
+    processes = config.total_size
+    assert counting_rule(True, processes, processes, config, upstream=True) == (1, processes)
+    shards = [7, 11, 3, 5][: processes // config.tp_size]
+    gathered = [count for count in shards for _ in range(config.tp_size)]  # a TP pair counts one batch twice
+    compositions = []
+    for upstream in (False, True):
+        replicas, scale = counting_rule(True, processes, processes, config, upstream)
+        compositions.append(scale / (sum(gathered) // replicas))  # loss factor / the window's count
+    dp = processes // config.tp_size  # gradients average over the data-parallel ranks
+    assert compositions[0] == compositions[1] == dp / sum(shards)

@@ -126,7 +126,18 @@ def _recorder(run):
     return Recorder()
 
 
-def train(
+def train(examples, before_train=None, resume_from_checkpoint=None, **settings):
+    """One run of Trainer.train() (one epoch unless `settings` say otherwise) with plain SGD over
+    `examples`, in order; returns the Run. `before_train(trainer)` may attach more instruments; the
+    other settings go to `build`."""
+    run = build(examples, **settings)
+    if before_train is not None:
+        before_train(run.trainer)
+    run.trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    return run
+
+
+def build(
     examples,
     gradient_accumulation_steps=2,
     batch_size=1,
@@ -134,16 +145,17 @@ def train(
     lora=None,
     eval_examples=None,
     diffusion_profile=None,
-    before_train=None,
-    resume_from_checkpoint=None,
     checkpoint=None,
     record=True,
+    streaming=False,
+    compute_loss_func=None,
     **config,
 ):
-    """One epoch of Trainer.train() with plain SGD over `examples`, in order; returns the Run.
-    `before_train(trainer)` may attach more instruments; `config` goes to DiffusionConfig and overrides
-    the settings below (e.g. save_strategy / save_steps / output_dir for a resume). `checkpoint`: another
-    model directory; `record=False`: no recording and no oracle copy (benchmarks)."""
+    """A DiffusionTrainer over `examples` (kept in the order given), ready to train, with its recording
+    instruments attached; returns the Run. `config` goes to DiffusionConfig and overrides the settings
+    below (e.g. save_strategy / save_steps / output_dir for a resume, max_steps, bf16). `checkpoint`:
+    another model directory; `record=False`: no recording and no oracle copy (benchmarks);
+    `streaming`: the data as a length-less IterableDataset (then give max_steps)."""
     from datasets import Dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
@@ -172,22 +184,23 @@ def train(
         completion_only_loss=True,
     )
     args = DiffusionConfig(**{**settings, **config})
+    train_dataset = Dataset.from_list([e.row() for e in examples])
+    if streaming:
+        train_dataset = train_dataset.to_iterable_dataset()  # read in order, no length
+    extra = {} if compute_loss_func is None else {"compute_loss_func": compute_loss_func}
     trainer = DiffusionTrainer(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list([e.row() for e in examples]),
+        train_dataset=train_dataset,
         eval_dataset=None if eval_examples is None else Dataset.from_list([e.row() for e in eval_examples]),
         processing_class=tokenizer,
         diffusion_profile=diffusion_profile,
+        **extra,
     )
     # Keep the data in the order given, so a case can place each micro-batch where it wants it.
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
     if not record:
-        run = Run(trainer=trainer)
-        if before_train is not None:
-            before_train(trainer)
-        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-        return run
+        return Run(trainer=trainer)
     run = Run(trainer=trainer, reference_model=load_model(lora=lora, checkpoint=checkpoint)[0])
     fetch = trainer.get_batch_samples
     drawn_while_fetching = []  # RNG state before a natively fixed release's first prepare_batch
@@ -197,7 +210,8 @@ def train(
         batches, count = fetch(*pos, **kw)
         record = WindowRecord(batches=[clean_inputs(b) for b in batches])
         record.rng_state = drawn_while_fetching[0] if drawn_while_fetching else None
-        run.windows.append(record)
+        if batches:  # the streaming data's end: Trainer asks once more and gets nothing
+            run.windows.append(record)
         return batches, count
 
     trainer.get_batch_samples = get_batch_samples
@@ -215,9 +229,6 @@ def train(
 
         object.__setattr__(trainer.diffusion_profile, "prepare_batch", prepare_batch)
     trainer.add_callback(_recorder(run))
-    if before_train is not None:
-        before_train(trainer)
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return run
 
 
@@ -238,27 +249,34 @@ class Verdict:
         return self.worst <= 1.0
 
 
-def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE, ranks=None, rank_local=False):
+def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE, ranks=None, rank_local=False,
+          max_grad_norm=0.0, precision="fp32"):
     """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
-    `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses)."""
+    `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses).
+    `max_grad_norm`: the run clips, so the reference gradient is clipped the way torch clips.
+    `precision`: which of the oracle's tolerances applies (the run's compute precision).
+    A window that logged no loss of its own (logging_steps > 1) is judged on gradients and parameters."""
     model = run.reference_model
     model.load_state_dict(record.state_before)
     ranks = ranks or [(record.batches, record.rng_state)]
     masks = [oracle.replay_noise(batches, state, eps, EOS_ID) for batches, state in ranks]
     reference = oracle.data_parallel_reference(model, masks, MASK_ID, inverse_t, rank_local)
+    grads = oracle.clip_gradients(reference.grads, max_grad_norm) if max_grad_norm else reference.grads
     before = dict(model.named_parameters())
     ratios, grad_error, param_error = [], 0.0, 0.0
-    for name, ref in reference.grads.items():
+    for name, ref in grads.items():
         got = record.grads[name]
         error = oracle.max_error(got, ref)
         grad_error = max(grad_error, error)
-        ratios.append(error / oracle.tolerance(ref))
+        ratios.append(error / oracle.tolerance(ref, precision))
         expected = before[name].detach() - learning_rate * ref
         error = oracle.max_error(record.params_after[name], expected)
         param_error = max(param_error, error)
-        ratios.append(error / oracle.tolerance(expected))
-    loss_error = abs(record.logged_loss - reference.loss)
-    ratios.append(loss_error / oracle.tolerance(reference.loss))
+        ratios.append(error / oracle.tolerance(expected, precision))
+    loss_error = None
+    if record.logged_loss is not None:
+        loss_error = abs(record.logged_loss - reference.loss)
+        ratios.append(loss_error / oracle.tolerance(reference.loss, precision))
     return Verdict(
         reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
     )
@@ -294,18 +312,24 @@ def expected_evaluation_loss(model, seen, eps=1e-3):
 
 def train_per_micro_batch(examples, **kwargs):
     """The same run with the per-micro-batch normalization of Unsloth 2026.10.4-.6 - the control that
-    must miss the oracle: the unpatched release where the plugin patches, and the 'microbatch' flag
-    where the release is natively fixed (there is no unfixed path to unpatch to)."""
-    from .activation import apply, status, unpatch
+    must miss the oracle."""
+    context, kwargs = per_micro_batch(kwargs)
+    with context:
+        return train(examples, **kwargs)
+
+
+def per_micro_batch(settings):
+    """(context, settings) for the per-micro-batch control of a run: the unpatched release where the
+    plugin patches; the 'microbatch' flag where the release is natively fixed (there is no unfixed path
+    to unpatch to) or where the run asks for a flag only the plugin provides (per-sample noise)."""
+    import contextlib
+
+    from .activation import status, unpatched
     from .registry import NATIVE
 
-    if status().mode == NATIVE:
-        return train(examples, diffusion_loss_normalization="microbatch", **kwargs)
-    unpatch()
-    try:
-        return train(examples, **kwargs)
-    finally:
-        apply()
+    if status().mode == NATIVE or settings.get("diffusion_noise") is not None:
+        return contextlib.nullcontext(), {**settings, "diffusion_loss_normalization": "microbatch"}
+    return unpatched(), settings
 
 
 @dataclass

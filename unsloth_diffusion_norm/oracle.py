@@ -12,13 +12,30 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-# One place for the tolerance every comparison uses: fp32 round-off of the correct computation.
+# One place for the tolerance every comparison uses: the round-off of the correct computation, per tensor
+# atol + rtol·max|reference|. fp32: measured ~4e-6 on embedding gradients of magnitude 3-9.
 ATOL, RTOL = 1e-6, 1e-5
+# bf16 autocast (Unsloth's default precision): a GA=1 run, where the per-micro-batch and the window
+# normalization are the same formula, sets the floor; see tests/test_field.py for the measurement.
+BF16_ATOL, BF16_RTOL = 1e-4, 3e-2
+TOLERANCES = {"fp32": (ATOL, RTOL), "bf16": (BF16_ATOL, BF16_RTOL)}
+# A per-micro-batch control must miss the oracle by more than this many tolerances wherever a window's
+# micro-batches drew unequal counts (bf16's tolerance is ~3000 times wider, its factor smaller).
+CONTROL_FACTORS = {"fp32": 100, "bf16": 10}
 
 
-def tolerance(reference):
+def tolerance(reference, precision="fp32"):
+    atol, rtol = TOLERANCES[precision]
     scale = reference.abs().max().item() if torch.is_tensor(reference) else abs(reference)
-    return ATOL + RTOL * scale
+    return atol + rtol * scale
+
+
+def clip_gradients(grads, max_norm):
+    """What torch.nn.utils.clip_grad_norm_ does to a set of gradients: scale all by
+    min(1, max_norm / (total 2-norm + 1e-6))."""
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()]))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    return {name: g * scale for name, g in grads.items()}
 
 
 def max_error(a, b):

@@ -1,0 +1,71 @@
+"""Fine-tune a Nemotron-Labs-Diffusion checkpoint with Unsloth's DiffusionTrainer and the window-normalized
+masked-diffusion loss: a TRL-style script, configured from the command line or a YAML file.
+
+    python examples/train.py --config examples/train.yaml
+    python examples/train.py --model_name_or_path ./Nemotron-Labs-Diffusion-8B --trust_remote_code \
+        --dataset_name data.jsonl --output_dir out --gradient_accumulation_steps 8 \
+        --diffusion_loss_normalization window
+
+Command-line arguments override the YAML file. The dataset is a local JSON-lines file (or a directory
+`datasets.load_from_disk` reads, or a hub name) of prompt/completion rows; `--dataset_streaming` reads it
+as a stream (then give --max_steps). Everything else is TRL's ScriptArguments, Unsloth's DiffusionConfig
+(TRL's SFTConfig plus the diffusion knobs and this plugin's two flags) and TRL's ModelConfig.
+"""
+
+import unsloth_diffusion_norm  # before Unsloth: the one line the plugin asks for
+
+import os
+
+import torch
+from datasets import load_dataset, load_from_disk
+from trl import ModelConfig, ScriptArguments, TrlParser
+from unsloth import FastModel
+from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
+
+
+def load_data(script_args):
+    name, streaming = script_args.dataset_name, getattr(script_args, "dataset_streaming", False)
+    if name.endswith((".json", ".jsonl")):
+        dataset = load_dataset("json", data_files=name, streaming=streaming)
+    elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_dict.json")):
+        dataset = load_from_disk(name)
+    else:
+        dataset = load_dataset(name, getattr(script_args, "dataset_config", None), streaming=streaming)
+    return dataset[script_args.dataset_train_split]
+
+
+def main(script_args, training_args, model_args):
+    print(unsloth_diffusion_norm.status())
+    # TRL moved these between ModelConfig and SFTConfig across releases: take them where they are.
+    dtype = getattr(model_args, "dtype", None) or getattr(model_args, "torch_dtype", None)
+    remote_code = getattr(model_args, "trust_remote_code", None) or getattr(training_args, "trust_remote_code", False)
+    model, tokenizer = FastModel.from_pretrained(
+        model_args.model_name_or_path,
+        trust_remote_code=remote_code,
+        dtype=None if dtype in (None, "auto") else getattr(torch, dtype),
+    )
+    if model_args.use_peft:
+        model = FastModel.get_peft_model(
+            model,
+            r=model_args.lora_r,
+            lora_alpha=model_args.lora_alpha,
+            lora_dropout=model_args.lora_dropout,
+            target_modules=model_args.lora_target_modules or ["q_proj", "k_proj", "v_proj", "o_proj"],
+        )
+    trainer = DiffusionTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=load_data(script_args),
+        processing_class=tokenizer,
+    )
+    print(f"diffusion_loss_normalization={training_args.diffusion_loss_normalization!r}, "
+          f"diffusion_noise={training_args.diffusion_noise!r}, profile {trainer.diffusion_profile.name} "
+          f"({trainer.diffusion_profile.loss_normalization})")
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()
+
+
+if __name__ == "__main__":
+    parser = TrlParser((ScriptArguments, DiffusionConfig, ModelConfig))
+    main(*parser.parse_args_and_config())

@@ -1,0 +1,273 @@
+"""The plugin inside real training scripts: argument parsers, streaming data, clipping, bf16, logging,
+epochs, resume, the off switch, a broken installation - each judged the way a user would meet it."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import unsloth_diffusion_norm
+from conftest import EXPECTED_MODE
+from unsloth_diffusion_norm import config, oracle, registry, scenarios
+
+MODE = unsloth_diffusion_norm.apply().mode
+
+
+# --- the flags through the parsers users configure runs with -----------------------------------------
+
+def parsers():
+    from transformers import HfArgumentParser
+    from trl import ModelConfig, ScriptArguments, TrlParser
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    return HfArgumentParser(DiffusionConfig), TrlParser((ScriptArguments, DiffusionConfig, ModelConfig))
+
+
+CPU = ["--bf16", "False", "--use_cpu", "True"]
+
+
+def test_flags_parse_from_the_command_line(plugin, tmp_path):
+    hf, trl = parsers()
+    argv = ["--output_dir", str(tmp_path), "--diffusion_loss_normalization", "window",
+            "--diffusion_noise", "per_sample", *CPU]
+    (args,) = hf.parse_args_into_dataclasses(argv)
+    assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
+    _, args, _ = trl.parse_args_and_config(["--dataset_name", "local", *argv])
+    assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
+    (default,) = hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), *CPU])
+    assert default.diffusion_loss_normalization is None and default.diffusion_noise is None
+    assert "diffusion_loss_normalization" in hf.format_help()
+
+
+def test_flags_parse_from_a_dict_and_round_trip(plugin, tmp_path):
+    hf, _ = parsers()
+    (args,) = hf.parse_dict({"output_dir": str(tmp_path), "diffusion_loss_normalization": "microbatch",
+                             "diffusion_noise": "global", "bf16": False, "use_cpu": True})
+    saved = args.to_dict()
+    assert (saved[config.FIELD], saved[config.NOISE_FIELD]) == ("microbatch", "global")
+    assert json.loads(args.to_json_string())[config.FIELD] == "microbatch"
+    (again,) = hf.parse_dict({k: v for k, v in saved.items() if k in (config.FIELD, config.NOISE_FIELD,
+                                                                        "output_dir", "bf16", "use_cpu")})
+    assert (again.diffusion_loss_normalization, again.diffusion_noise) == ("microbatch", "global")
+
+
+def test_flags_parse_from_a_trl_yaml_config(plugin, tmp_path):
+    _, trl = parsers()
+    path = tmp_path / "config.yaml"
+    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\ndiffusion_loss_normalization: window\n"
+                    "diffusion_noise: per_sample\nbf16: false\nuse_cpu: true\n")
+    _, args, _ = trl.parse_args_and_config(["--config", str(path)])
+    assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
+
+
+def test_a_bad_value_gets_the_same_clear_error_from_every_parser(plugin, tmp_path):
+    hf, trl = parsers()
+    expected = "diffusion_loss_normalization must be 'window' or 'microbatch' or None"
+    with pytest.raises(ValueError, match=expected):
+        hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--diffusion_loss_normalization", "batch", *CPU])
+    with pytest.raises(ValueError, match=expected):
+        hf.parse_dict({"output_dir": str(tmp_path), "diffusion_loss_normalization": "batch", "bf16": False})
+    path = tmp_path / "config.yaml"
+    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\ndiffusion_noise: everywhere\nbf16: false\n")
+    with pytest.raises(ValueError, match="diffusion_noise must be 'global' or 'per_sample' or None"):
+        trl.parse_args_and_config(["--config", str(path)])
+
+
+# --- realistic configurations, judged by the oracle beside their per-micro-batch control ---------------
+
+@pytest.fixture(scope="module")
+def outcomes():
+    unsloth_diffusion_norm.apply()
+    found = {o.name: o for o in scenarios.examine_all()}
+    print("\n" + scenarios.render(found.values()))
+    return found
+
+
+@pytest.mark.parametrize("name", list(scenarios.SCENARIOS))
+def test_realistic_configuration_matches_the_oracle_and_the_control_misses(outcomes, name):
+    outcome = outcomes[name]
+    assert outcome.ok, outcome
+    assert outcome.control_counts_equal  # the control drew the same masks: only the normalization differs
+    precision = scenarios.SCENARIOS[name].precision
+    if outcome.unequal_windows:
+        assert outcome.control_worst > oracle.CONTROL_FACTORS[precision], outcome
+
+
+def test_scenarios_exercise_what_they_name(outcomes):
+    assert len(outcomes["3 epochs cut by max_steps=5"].counts) == 5  # 2 + 2 + 1 windows over 3 epochs
+    assert len(outcomes["streaming IterableDataset, max_steps=3 (2 epochs)"].counts) == 3
+    assert len(outcomes["train() called twice"].counts) == 4
+    assert outcomes["logging_steps=3 (logged loss = mean of 3 windows)"].logged_mean_error is not None
+    assert outcomes["eval_on_start (+ evaluation parity)"].eval_error is not None
+    # Per-sample noise on streaming data keys each example by its position, as on map-style data.
+    assert (outcomes["streaming, per-sample noise"].counts
+            == outcomes["3 epochs cut by max_steps=5, per-sample noise"].counts[:3])
+
+
+def test_bf16_tolerance_is_justified_by_the_ga1_floor(outcomes):
+    """At GA 1 both normalizations are one formula: what remains is bf16 round-off. The bf16 tolerance
+    must hold that floor, and a GA 2 window must stay within it too."""
+    floor = outcomes["bf16 autocast, GA 1 (the bf16 floor)"].worst
+    assert 0.05 < floor <= 1.0  # bf16 round-off is visible, and the tolerance holds it
+    assert outcomes["bf16 autocast, GA 2"].worst <= 1.0
+
+
+# --- the off switch, a broken installation, unpatch() before Unsloth: fresh processes ------------------
+
+def _python(code, cwd, **env):
+    """Run `code` in a fresh interpreter (in `cwd`: Unsloth writes its compile cache there); its last
+    stdout line is JSON."""
+    environment = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", **env}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=environment, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_unknown_switch_values_warn_once_and_leave_patching_on(tmp_path):
+    for value in ("disabled", "2", "n"):
+        found, stderr = _python("import json, unsloth_diffusion_norm as u; print(json.dumps(u.status().mode))",
+                                tmp_path, UNSLOTH_DIFFUSION_NORM=value)
+        assert found == registry.PENDING
+        warnings = [line for line in stderr.splitlines() if "UNSLOTH_DIFFUSION_NORM" in line]
+        assert len(warnings) == 1 and f"{value!r} is not understood" in warnings[0]
+        assert "0, false, no, off" in warnings[0]
+
+
+SWITCHED_OFF = """
+    import json, contextlib, io
+    import unsloth_diffusion_norm as u
+    with contextlib.redirect_stdout(io.StringIO()):
+        import unsloth
+    from transformers import HfArgumentParser
+    from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
+    from unsloth_diffusion_norm import experiment
+    found = {"mode": u.status().mode, "training path": "get_batch_samples" in vars(DiffusionTrainer)}
+    (args,) = HfArgumentParser(DiffusionConfig).parse_args_into_dataclasses(
+        ["--output_dir", "out", "--diffusion_noise", "per_sample", "--bf16", "False"])
+    found["parsed"] = args.diffusion_noise
+    with contextlib.redirect_stdout(io.StringIO()):
+        experiment.build([experiment.Example([10], [20, 21])], record=False)  # no flag: trains as the release
+        try:
+            experiment.build([experiment.Example([10], [20, 21])], record=False, diffusion_noise="per_sample")
+            found["refused"] = None
+        except ValueError as error:
+            found["refused"] = str(error)
+    print(json.dumps(found))
+"""
+
+
+def test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name(tmp_path):
+    found, stderr = _python(SWITCHED_OFF, tmp_path, UNSLOTH_DIFFUSION_NORM="0")
+    assert found["mode"] == registry.DISABLED and found["parsed"] == "per_sample"
+    assert found["training path"] == (EXPECTED_MODE == registry.NATIVE)  # the release's own, not ours
+    assert "UNSLOTH_DIFFUSION_NORM" in found["refused"] and "diffusion_noise='per_sample'" in found["refused"]
+    notices = [line for line in stderr.splitlines() if "disabled by UNSLOTH_DIFFUSION_NORM=0" in line]
+    assert len(notices) == 1  # a warning people see, once
+
+
+WITHOUT_WRAPT = """
+    import json, sys, contextlib, io
+    sys.modules["wrapt"] = None  # what a `pip install --no-deps` leaves: wrapt cannot be imported
+    import unsloth_diffusion_norm as u
+    with contextlib.redirect_stdout(io.StringIO()):
+        import unsloth
+    from unsloth_diffusion_norm import doctor
+    status = u.status()
+    report = doctor.examine(self_check=False)
+    print(json.dumps({"mode": status.mode, "reason": status.reason, "exit": report["exit"],
+                      "verdict": report["verdict"]}))
+"""
+
+
+def test_a_missing_dependency_is_named_as_a_broken_installation(tmp_path):
+    found, stderr = _python(WITHOUT_WRAPT, tmp_path)
+    assert found["mode"] == registry.BROKEN
+    assert "'wrapt' is missing" in found["reason"] and "pip install 'wrapt>=" in found["reason"]
+    warning = [line for line in stderr.splitlines() if "broken installation" in line]
+    assert len(warning) == 1 and "not supported" not in warning[0]
+    if EXPECTED_MODE == registry.PATCHED:
+        assert "per-micro-batch loss normalization" in warning[0]
+        assert "affected" in found["verdict"]
+    assert found["exit"] == 1
+
+
+UNPATCH_FIRST = """
+    import json, contextlib, io
+    import unsloth_diffusion_norm as u
+    u.unpatch()
+    before = u.status().mode
+    with contextlib.redirect_stdout(io.StringIO()):
+        import unsloth
+    from unsloth.models.diffusion_trainer import DiffusionTrainer
+    after = u.status()
+    patched = "__init__" in vars(DiffusionTrainer) and hasattr(vars(DiffusionTrainer)["__init__"], "__wrapped__")
+    print(json.dumps({"before": before, "after": after.mode, "reason": after.reason, "patches": len(after.patches),
+                      "wrapped": patched, "applied": u.apply().mode}))
+"""
+
+
+def test_unpatch_before_unsloth_is_remembered_until_apply(tmp_path):
+    found, _ = _python(UNPATCH_FIRST, tmp_path)
+    assert found["before"] == found["after"] == registry.UNPATCHED
+    assert found["patches"] == 0 and not found["wrapped"] and "apply()" in found["reason"]
+    assert found["applied"] == EXPECTED_MODE
+
+
+def test_unpatched_context_manager_restores_what_was_there(plugin):
+    from unsloth.models.diffusion_trainer import DiffusionTrainer
+
+    wrapper = vars(DiffusionTrainer)["__init__"]
+    with unsloth_diffusion_norm.unpatched() as inside:
+        assert inside.mode == registry.UNPATCHED and inside.patches == ()
+        assert not hasattr(vars(DiffusionTrainer).get("__init__"), "__wrapped__")
+    assert unsloth_diffusion_norm.status().mode == MODE
+    assert vars(DiffusionTrainer)["__init__"].__wrapped__ is wrapper.__wrapped__
+
+
+# --- the example script users copy, run as they run it ------------------------------------------------
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train.py")
+TWO_STEPS = ["--max_steps", "2", "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "1",
+             "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A checkpoint directory and a prompt/completion JSON-lines file, as a user has them."""
+    from unsloth_diffusion_norm.tiny_model import words, write_tiny_checkpoint
+
+    where = tmp_path_factory.mktemp("example")
+    write_tiny_checkpoint(str(where / "checkpoint"))
+    rows = [{"prompt": words(10 + i, 11), "completion": words(*range(20, 24 + i % 3))} for i in range(6)]
+    (where / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return where
+
+
+def _example(workdir, output, *argv):
+    done = subprocess.run(
+        [sys.executable, EXAMPLE, *argv, "--model_name_or_path", "checkpoint", "--dataset_name", "data.jsonl",
+         "--output_dir", output, *TWO_STEPS],
+        capture_output=True, text=True, cwd=workdir, env={**os.environ, "UNSLOTH_ALLOW_CPU": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((workdir / output / "trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    return done.stdout, state["global_step"], losses
+
+
+def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
+    out, steps, losses = _example(workdir, "from-cli", "--trust_remote_code", "true",
+                                  "--diffusion_loss_normalization", "window")
+    assert f"mode={EXPECTED_MODE}" in out and "diffusion_loss_normalization='window'" in out
+    assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
+
+
+def test_example_script_trains_from_its_sample_yaml(workdir):
+    # The sample YAML as shipped (LoRA, clipping, the flag), its paths and length overridden on the command line.
+    out, steps, losses = _example(workdir, "from-yaml", "--config", os.path.join(os.path.dirname(EXAMPLE), "train.yaml"))
+    assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
+    assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
