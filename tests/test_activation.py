@@ -146,3 +146,19 @@ def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched():
         registry.STATE.mode = registry.PENDING
         unsloth_diffusion_norm.apply()
     assert unsloth_diffusion_norm.status().mode == MODE
+
+
+def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
+    from unsloth_diffusion_norm import doctor
+
+    ours = vars(DiffusionTrainer)["__init__"]
+    DiffusionTrainer.__init__ = lambda self, *pos, **kw: ours(self, *pos, **kw)  # someone else's wrapper
+    try:
+        status = unsloth_diffusion_norm.status()
+        assert status.displaced == ("DiffusionTrainer.__init__",)
+        assert "DISPLACED DiffusionTrainer.__init__" in str(status)
+        report = doctor.examine(self_check=False)
+        assert report["exit"] == 1 and "DiffusionTrainer.__init__" in report["verdict"]
+    finally:
+        DiffusionTrainer.__init__ = ours
+    assert unsloth_diffusion_norm.status().displaced == ()

@@ -90,8 +90,12 @@ def outcomes():
 def test_realistic_configuration_matches_the_oracle_and_the_control_misses(outcomes, name):
     outcome = outcomes[name]
     assert outcome.ok, outcome
-    assert outcome.control_counts_equal  # the control drew the same masks: only the normalization differs
-    precision = scenarios.SCENARIOS[name].precision
+    scenario = scenarios.SCENARIOS[name]
+    # The control drew the same masks, so only the normalization differs - except that 2026.10.7+ draws a
+    # resumed run's first window before Trainer restores the RNG, and its per-micro-batch path after.
+    if not (MODE == registry.NATIVE and scenario.runs == "resume-unpatched-checkpoint"):
+        assert outcome.control_counts_equal
+    precision = scenario.precision
     if outcome.unequal_windows:
         assert outcome.control_worst > oracle.CONTROL_FACTORS[precision], outcome
 

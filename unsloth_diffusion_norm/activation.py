@@ -264,15 +264,16 @@ DEFAULTS = {
 class Status:
     """What status() reports; read-only by convention."""
 
-    FIELDS = ("mode", "unsloth_version", "shape", "reason", "patches", "defaults")
+    FIELDS = ("mode", "unsloth_version", "shape", "reason", "patches", "defaults", "displaced")
 
-    def __init__(self, mode, unsloth_version, shape, reason, patches, defaults=None):
+    def __init__(self, mode, unsloth_version, shape, reason, patches, defaults=None, displaced=()):
         self.mode = mode
         self.unsloth_version = unsloth_version
         self.shape = shape
         self.reason = reason
         self.patches = patches  # (name, why) for every applied patch
         self.defaults = defaults  # what a run gets unless its DiffusionConfig opts into something else
+        self.displaced = displaced  # names of applied patches that something else has replaced since
 
     def __eq__(self, other):
         return isinstance(other, Status) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
@@ -289,6 +290,8 @@ class Status:
         if self.defaults:
             lines.append(f"  defaults: {self.defaults}")
         lines += [f"  patched {name}: {why}" for name, why in self.patches]
+        lines += [f"  DISPLACED {name}: something replaced this patch after it was applied; the fix is not "
+                  f"in force there" for name in self.displaced]
         return "\n".join(lines)
 
 
@@ -302,4 +305,5 @@ def status():
         STATE.reason,
         tuple((patch.name, patch.why) for patch in STATE.patches),
         DEFAULTS.get(STATE.mode) if STATE.patches else None,
+        tuple(patch.name for patch in STATE.patches if not patch.in_place()),
     )

@@ -56,7 +56,7 @@ def examine(self_check=True):
     report = {"versions": versions(), "device": device()}
     state = status()
     report.update(mode=state.mode, shape=state.shape, reason=state.reason, defaults=state.defaults,
-                  patches=[name for name, _ in state.patches])
+                  patches=[name for name, _ in state.patches], displaced=list(state.displaced))
     native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     release = f"Unsloth {state.unsloth_version or report['versions']['unsloth']}"
     if state.mode == UNSUPPORTED:
@@ -78,8 +78,12 @@ def examine(self_check=True):
     else:
         verdict = (f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
                    f"runs with gradient accumulation are affected.")
-    report["verdict"] = verdict
     fixed = state.mode == PATCHED or (native and state.mode != BROKEN)
+    if state.displaced:
+        verdict += (f" But {len(state.displaced)} of the plugin's patches were replaced by something else "
+                    f"after they were applied ({', '.join(state.displaced)}): the fix is not whole.")
+        fixed = False
+    report["verdict"] = verdict
     if self_check:
         started = time.perf_counter()
         verdict = reproduce.measure(seed=0)  # this stack as it is: patched, native or unfixed
@@ -108,6 +112,7 @@ def render(report):
     if report.get("defaults"):
         lines.append(f"  defaults: {report['defaults']}")
     lines += [f"  patched: {name}" for name in report.get("patches", [])]
+    lines += [f"  DISPLACED: {name}" for name in report.get("displaced", [])]
     lines.append(f"Verdict: {report['verdict']}")
     check = report.get("self_check")
     if check:

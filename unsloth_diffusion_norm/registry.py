@@ -29,6 +29,7 @@ class Patch:
         self.why = why
         self.item = item
         self.saved = MISSING  # the owner's own value before apply
+        self.installed = MISSING  # what apply put there
 
     def __repr__(self):
         return f"Patch({self.name!r})"
@@ -40,7 +41,12 @@ class Patch:
     def apply(self):
         self.saved = self._own()
         current = self.saved if self.item else getattr(self.owner, self.attribute, MISSING)
-        self._set(self.make(current))
+        self.installed = self.make(current)
+        self._set(self.installed)
+
+    def in_place(self):
+        """Is what apply() put there still there (nothing else has replaced it since)?"""
+        return self.installed is not MISSING and self._own() is self.installed
 
     def revert(self):
         if self.saved is MISSING:
@@ -50,7 +56,7 @@ class Patch:
                 delattr(self.owner, self.attribute)
         else:
             self._set(self.saved)
-        self.saved = MISSING
+        self.saved = self.installed = MISSING
 
     def _set(self, value):
         if self.item:

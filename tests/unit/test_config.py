@@ -1,0 +1,45 @@
+"""The per-run flags: validation with a clear message, and what each value means per profile."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from unsloth_diffusion_norm import config
+
+
+@pytest.mark.parametrize("field, good, bad", [
+    (config.FIELD, ("window", "microbatch", None), ("global", "Window", 1, "")),
+    (config.NOISE_FIELD, ("global", "per_sample", None), ("per-sample", "window", 0)),
+])
+def test_validate_accepts_the_choices_and_names_them_otherwise(field, good, bad):
+    for value in good:
+        assert config.validate(value, field) == value
+    for value in bad:
+        with pytest.raises(ValueError, match=rf"{field} must be .* or None \(the default\), got {value!r}"):
+            config.validate(value, field)
+
+
+def profile(normalization):
+    return SimpleNamespace(loss_normalization=normalization)
+
+
+def args(value=None):
+    return SimpleNamespace(**{config.FIELD: value})
+
+
+def test_effective_normalization():
+    assert config.effective(profile(config.GLOBAL_MASKED_TOKENS), args()) == config.WINDOW
+    assert config.effective(profile(config.MASKED_TOKENS), args()) == config.MICROBATCH
+    assert config.effective(profile("answer_length"), args()) == config.MICROBATCH
+    assert config.effective(profile(config.MASKED_TOKENS), args("window")) == config.WINDOW
+    assert config.effective(profile(config.GLOBAL_MASKED_TOKENS), args("microbatch")) == config.MICROBATCH
+    assert config.effective(object(), None) == config.MICROBATCH  # nothing known: the release's own
+
+
+def test_native_normalization_maps_the_flag_onto_upstreams_setting():
+    native = config.native_normalization
+    assert native(profile(config.GLOBAL_MASKED_TOKENS), args()) == config.GLOBAL_MASKED_TOKENS
+    assert native(profile(config.GLOBAL_MASKED_TOKENS), args("microbatch")) == config.MASKED_TOKENS
+    assert native(profile("answer_length"), args("microbatch")) == "answer_length"
+    assert native(profile("answer_length"), args("window")) == config.GLOBAL_MASKED_TOKENS
+    assert native(profile(None), args("window")) is None

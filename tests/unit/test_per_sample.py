@@ -1,0 +1,84 @@
+"""Per-sample noise keys: one generator seed per example from (seed, epoch, global position), and where
+each micro-batch of each rank sits in the global order - map-style and streaming data, fresh or resumed."""
+
+from types import SimpleNamespace
+
+import torch
+
+from unsloth_diffusion_norm.per_sample import KEYS, DataOrder, sample_key, uniforms
+
+
+def test_sample_keys_are_deterministic_distinct_and_depend_on_every_part():
+    key = sample_key(0, 0, 5)
+    assert key == sample_key(0, 0, 5) and 0 <= key < 2**63
+    others = {sample_key(1, 0, 5), sample_key(0, 1, 5), sample_key(0, 0, 6)}
+    assert key not in others and len(others) == 3  # seed, epoch and position each change the key
+    assert len({sample_key(0, epoch, position) for epoch in range(4) for position in range(64)}) == 256
+
+
+def test_an_examples_own_draws_do_not_depend_on_its_padding():
+    keys = [sample_key(0, 0, 0), sample_key(0, 0, 1)]
+    t_short, u_short = uniforms(keys, torch.tensor([[1, 1, 1], [1, 1, 0]]), 3, "cpu")
+    t_long, u_long = uniforms(keys, torch.tensor([[1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]), 5, "cpu")
+    assert torch.equal(t_short, t_long)
+    assert torch.equal(u_short[0], u_long[0, :3]) and torch.equal(u_short[1, :2], u_long[1, :2])
+
+
+def arguments(**overrides):
+    settings = dict(seed=0, world_size=1, process_index=0, per_device_train_batch_size=2,
+                    gradient_accumulation_steps=2, ignore_data_skip=False)
+    return SimpleNamespace(**{**settings, **overrides})
+
+
+def batch(rows):
+    return {"input_ids": torch.zeros(rows, 3, dtype=torch.long)}
+
+
+def positions(order, args, batches):
+    """The global positions the tagged micro-batches were given (recovered from their keys)."""
+    lookup = {sample_key(args.seed, order.epoch, p): p for p in range(1000)}
+    return [[lookup[k] for k in tagged[KEYS]] for tagged in order.tag(args, batches)]
+
+
+def test_positions_follow_accelerates_round_robin_over_ranks():
+    # Rank r's m-th micro-batch is global batch m*W + r; its row j sits at (m*W + r)*B + j.
+    for rank in (0, 1, 2):
+        args = arguments(world_size=3, process_index=rank)
+        order = DataOrder()
+        order.on_epoch_begin(args, SimpleNamespace(global_step=0), None, train_dataloader=[0] * 4)
+        assert positions(order, args, [batch(2), batch(2)]) == [[2 * rank, 2 * rank + 1], [6 + 2 * rank, 7 + 2 * rank]]
+
+
+def test_epoch_and_skipped_batches_come_from_the_global_step_on_map_style_data():
+    args = arguments()
+    order = DataOrder()
+    order.on_train_begin(args, None, None)
+    order.on_epoch_begin(args, SimpleNamespace(global_step=3), None, train_dataloader=[0] * 4)  # 2 steps/epoch
+    assert (order.epoch, order.next_batch) == (1, 2)  # epoch 1, one window (2 micro-batches) done
+
+
+def test_streaming_data_counts_epochs_as_they_begin_and_skips_on_resume():
+    args = arguments()
+    stream = iter(())  # no len(): Trainer runs epoch after epoch until max_steps
+    order = DataOrder()
+    order.on_train_begin(args, None, None)
+    order.on_epoch_begin(args, SimpleNamespace(global_step=0), None, train_dataloader=stream)
+    assert (order.epoch, order.next_batch) == (0, 0)
+    order.next_batch = 5
+    order.on_epoch_begin(args, SimpleNamespace(global_step=3), None, train_dataloader=stream)
+    assert (order.epoch, order.next_batch) == (1, 0)
+    resumed = DataOrder()  # a resumed run skips global_step windows of its first epoch, as Trainer does
+    resumed.on_train_begin(args, None, None)
+    resumed.on_epoch_begin(args, SimpleNamespace(global_step=3), None, train_dataloader=stream)
+    assert (resumed.epoch, resumed.next_batch) == (0, 6)
+
+
+def test_the_same_example_gets_other_noise_in_another_epoch():
+    args = arguments()
+    order = DataOrder()
+    order.on_train_begin(args, None, None)
+    keys = []
+    for epoch in range(2):
+        order.on_epoch_begin(args, SimpleNamespace(global_step=2 * epoch), None, train_dataloader=[0] * 4)
+        keys.append(next(order.tag(args, [batch(2)]))[KEYS])
+    assert set(keys[0]).isdisjoint(keys[1])

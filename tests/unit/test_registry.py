@@ -1,0 +1,86 @@
+"""Patches as data, on plain classes: apply, revert, all-or-nothing, and knowing whether they still hold."""
+
+import pytest
+
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.registry import MISSING, Patch
+
+
+class Base:
+    def greet(self):
+        return "base"
+
+
+def make_classes():
+    class Owner(Base):
+        value = 1
+
+        def own(self):
+            return "own"
+
+    return Owner
+
+
+def test_a_patch_replaces_and_restores_an_own_attribute():
+    Owner = make_classes()
+    original = vars(Owner)["own"]
+    patch = Patch("Owner.own", Owner, "own", lambda current: lambda self: "patched " + current(self), "why")
+    patch.apply()
+    assert Owner().own() == "patched own" and patch.in_place()
+    patch.revert()
+    assert vars(Owner)["own"] is original and not patch.in_place()
+
+
+def test_a_patch_of_an_inherited_attribute_goes_on_the_subclass_and_comes_off_again():
+    Owner = make_classes()
+    patch = Patch("Owner.greet", Owner, "greet", lambda current: lambda self: "sub " + current(self), "why")
+    patch.apply()
+    assert Owner().greet() == "sub base" and Base().greet() == "base"
+    patch.revert()
+    assert "greet" not in vars(Owner) and Owner().greet() == "base"
+
+
+def test_an_item_patch_adds_and_removes_a_dict_entry():
+    fields = {"a": 1}
+    patch = Patch("fields.b", fields, "b", lambda current: 2 if current is MISSING else current, "why", item=True)
+    patch.apply()
+    assert fields == {"a": 1, "b": 2} and patch.in_place()
+    patch.revert()
+    assert fields == {"a": 1}
+
+
+def test_an_instance_can_own_a_patch():
+    Owner = make_classes()
+    one, other = Owner(), Owner()
+    patch = Patch("one.value", one, "value", lambda current: current + 1, "why")
+    patch.apply()
+    assert (one.value, other.value) == (2, 1)
+    patch.revert()
+    assert "value" not in vars(one) and one.value == 1
+
+
+def test_a_patch_replaced_by_someone_else_is_no_longer_in_place():
+    Owner = make_classes()
+    patch = Patch("Owner.own", Owner, "own", lambda current: lambda self: "ours", "why")
+    patch.apply()
+    Owner.own = lambda self: "theirs"
+    assert not patch.in_place()
+
+
+def test_apply_all_is_all_or_nothing(monkeypatch):
+    monkeypatch.setattr(registry, "STATE", registry.State())
+    Owner = make_classes()
+
+    def broken(current):
+        raise RuntimeError("cannot build this one")
+
+    first = Patch("Owner.own", Owner, "own", lambda current: lambda self: "ours", "why")
+    second = Patch("Owner.value", Owner, "value", broken, "why")
+    with pytest.raises(RuntimeError, match="cannot build"):
+        registry.apply_all([first, second])
+    assert Owner().own() == "own" and registry.STATE.patches == []
+
+    registry.apply_all([first])
+    assert registry.STATE.patches == [first] and Owner().own() == "ours"
+    registry.revert_all()
+    assert registry.STATE.patches == [] and Owner().own() == "own"
