@@ -13,14 +13,14 @@ as a stream (then give --max_steps). Everything else is TRL's ScriptArguments, U
 """
 
 import unsloth_diffusion_norm  # before Unsloth: the one line the plugin asks for
+from unsloth import FastModel  # before TRL and transformers, as Unsloth asks
+from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
 import os
 
 import torch
 from datasets import load_dataset, load_from_disk
 from trl import ModelConfig, ScriptArguments, TrlParser
-from unsloth import FastModel
-from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
 
 def load_data(script_args):

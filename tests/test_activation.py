@@ -30,7 +30,7 @@ def test_patch_takes_and_comes_off(plugin):
     assert nemotron().loss_normalization == config.GLOBAL_MASKED_TOKENS
     assert config.FIELD in DiffusionConfig.__dataclass_fields__
     names = [name for name, _ in status.patches]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 12
 
     original_loss = vars(MaskedDiffusionProfile)["compute_loss"].__wrapped__
     unsloth_diffusion_norm.unpatch()
@@ -60,7 +60,7 @@ def test_native_release_keeps_its_training_path(plugin):
     status = unsloth_diffusion_norm.status()
     assert status.mode == registry.NATIVE and [n for n, _ in status.patches] == [
         "DiffusionTrainer.__init__",
-        *(f"DiffusionConfig.{f} ({k})" for f in config.FIELDS for k in ("dataclass field", "default")),
+        *(f"DiffusionConfig.{f} ({k})" for f in config.FIELDS for k in ("dataclass field", "annotation", "default")),
         "DiffusionConfig.__init__",
     ]
     unsloth_diffusion_norm.unpatch()

@@ -161,7 +161,8 @@ def _accept_flags_only(trainer_module):
         return  # nothing that takes the flags: nothing to accept them on
     from . import patches
 
-    registry.apply_all(patches.build_disabled(trainer_module, STATE.reason))
+    build, _ = patches.PATCH_SETS[patches.DISABLED]
+    registry.apply_all(build(patches.Release(patches.DISABLED, trainer_module, disabled_by=STATE.reason)))
 
 
 def apply():
@@ -201,15 +202,13 @@ def apply():
     except ImportError as error:
         raise RuntimeError(_broken(shape, error)) from None
 
-    if shape == detect.NATIVE:
-        # Fixed upstream: the training path stays Unsloth's; only the per-run flag is added.
-        registry.apply_all(patches.build_native(trainer_module, masked_module))
-        STATE.mode = registry.NATIVE
-        STATE.reason = "this release normalizes by the window natively; its training path is left as it is"
-        return status()
-    registry.apply_all(patches.build(shape, trainer_module, masked_module, profiles_module))
-    STATE.mode, STATE.reason = registry.PATCHED, None
+    build, mode = patches.PATCH_SETS[shape]
+    registry.apply_all(build(patches.Release(shape, trainer_module, masked_module, profiles_module)))
+    STATE.mode, STATE.reason = mode, REASONS.get(mode)
     return status()
+
+
+REASONS = {registry.NATIVE: "this release normalizes by the window natively; its training path is left as it is"}
 
 
 def unpatch():
@@ -303,7 +302,7 @@ def status():
         STATE.unsloth_version,
         STATE.shape,
         STATE.reason,
-        tuple((patch.name, patch.why) for patch in STATE.patches),
+        tuple((name, patch.why) for name, patch in registry.applied()),
         DEFAULTS.get(STATE.mode) if STATE.patches else None,
-        tuple(patch.name for patch in STATE.patches if not patch.in_place()),
+        tuple(name for name, patch in registry.applied() if not patch.in_place()),
     )

@@ -5,6 +5,7 @@ Imports neither torch nor Unsloth.
 """
 
 import logging
+import weakref
 
 logger = logging.getLogger("unsloth_diffusion_norm")
 MISSING = object()
@@ -72,12 +73,14 @@ class State:
         self.shape = None  # which code shape of Unsloth was recognised
         self.reason = None  # why nothing was patched, when nothing was
         self.patches = []
+        self.trainers = weakref.WeakSet()  # trainers that carry patches of their own (native flags)
 
 
 STATE = State()
+TRAINER_PATCHES = "_diffusion_norm_patches"  # where a trainer keeps its own patches
 
 
-def apply_all(patches):
+def _apply_each(patches):
     """Apply every patch or none: on any failure, undo what was applied and re-raise."""
     done = []
     try:
@@ -88,10 +91,34 @@ def apply_all(patches):
         for patch in reversed(done):
             patch.revert()
         raise
-    STATE.patches = list(patches)
+    return list(patches)
+
+
+def apply_all(patches):
+    STATE.patches = _apply_each(patches)
+
+
+def apply_to_trainer(trainer, patches):
+    """Patches one trainer owns (an instance, or its own copy of the profile); listed by status() while
+    the trainer lives, reverted with the rest."""
+    trainer.__dict__[TRAINER_PATCHES] = _apply_each(patches)
+    STATE.trainers.add(trainer)
+
+
+def applied():
+    """(name, patch) of every patch in force: the class-level set, then each live trainer's own."""
+    found = [(patch.name, patch) for patch in STATE.patches]
+    for trainer in list(STATE.trainers):
+        label = f"{type(trainer).__name__} at {id(trainer):#x}:"
+        found += [(f"{label} {patch.name}", patch) for patch in trainer.__dict__.get(TRAINER_PATCHES, ())]
+    return found
 
 
 def revert_all():
+    for trainer in list(STATE.trainers):
+        for patch in reversed(trainer.__dict__.pop(TRAINER_PATCHES, ())):
+            patch.revert()
+    STATE.trainers = weakref.WeakSet()
     for patch in reversed(STATE.patches):
         patch.revert()
     STATE.patches = []
