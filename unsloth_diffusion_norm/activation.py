@@ -128,6 +128,10 @@ def apply():
             importlib.import_module(name) for name in (TRAINER_MODULE, *DIFFUSION_MODULES)
         )
     except ImportError as error:
+        if error.name == "unsloth":  # not installed at all: nothing to call unsupported yet
+            raise RuntimeError(
+                "unsloth_diffusion_norm: Unsloth is not installed; install it with: pip install 'unsloth>=2026.10.4'"
+            ) from None
         reason = f"it has no masked-diffusion training ({error})"
         _unsupported(reason)
         raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}") from None
