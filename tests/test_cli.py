@@ -212,7 +212,7 @@ def test_quick_bench_is_never_silent_for_long(quick_bench):
 
 
 def test_quick_bench_leaves_nothing_behind(quick_bench):
-    assert left_behind(quick_bench.places) == {}
+    assert quick_bench.code == 0 and left_behind(quick_bench.places) == {}
 
 
 def test_ctrl_c_in_bench_removes_every_temporary_file(places):
