@@ -162,3 +162,20 @@ def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
     finally:
         DiffusionTrainer.__init__ = ours
     assert unsloth_diffusion_norm.status().displaced == ()
+
+
+@native_only
+def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
+    from unsloth_diffusion_norm import experiment
+
+    run = experiment.build([experiment.Example([10], [20, 21])],
+                           record=False, diffusion_noise="global")
+    trainer = run.trainer
+    own = [name for name, _ in unsloth_diffusion_norm.status().patches if name.startswith("DiffusionTrainer at ")]
+    assert sorted(name.split(": ", 1)[1] for name in own) == [
+        "diffusion_profile", "diffusion_profile.compute_loss", "get_batch_samples", "model_accepts_loss_kwargs"]
+    profile_copy = trainer.diffusion_profile
+    assert profile_copy is not nemotron() and "compute_loss" in vars(profile_copy)
+    unsloth_diffusion_norm.unpatch()
+    assert "get_batch_samples" not in vars(trainer) and trainer.diffusion_profile is not profile_copy
+    assert not any(name.startswith("DiffusionTrainer at ") for name, _ in unsloth_diffusion_norm.status().patches)

@@ -179,15 +179,15 @@ def apply():
         return status()
     registry.revert_all()  # the flags-only set of a disabled plugin, if any
     STATE.unsloth_version = detect.unsloth_version()
-    if STATE.unsloth_version is None:
-        reason = "Unsloth is not installed (pip install unsloth)"
-        _unsupported(reason)
-        raise RuntimeError(f"unsloth_diffusion_norm: {reason}")
     try:
         trainer_module, masked_module, profiles_module = (
             importlib.import_module(name) for name in (TRAINER_MODULE, *DIFFUSION_MODULES)
         )
     except ImportError as error:
+        if error.name == "unsloth":  # not installed at all: nothing to call unsupported yet
+            raise RuntimeError(
+                "unsloth_diffusion_norm: Unsloth is not installed; install it with: pip install 'unsloth>=2026.10.4'"
+            ) from None
         reason = f"it has no masked-diffusion training ({error})"
         _unsupported(reason)
         raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}") from None

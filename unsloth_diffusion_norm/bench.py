@@ -11,13 +11,20 @@ Peak memory: on CPU the process's peak resident set (VmHWM, reset before each bl
 the resident set at the block's start. Memory is measured in a second process started with a fixed glibc
 mmap threshold (MALLOC_MMAP_THRESHOLD_), so freed tensors go back to the system between blocks and every
 block starts from what is really live; step times come from the first process, with glibc's defaults.
+
+`--quick` is a smoke run of every figure (tiny model, 2 blocks of 1 step, memory from the timing process):
+about a minute, and its ratios and memory are not measurements. Every temporary directory the bench makes
+is removed when it ends, Ctrl-C included.
 """
 
+import collections
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 GRADIENT_ACCUMULATION = (1, 4, 8)
@@ -27,6 +34,8 @@ MODELS = {
     "larger": (dict(vocab_size=32000, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
                     num_attention_heads=4, max_position_embeddings=512), 12, 499),
 }
+QUICK = dict(models=("tiny",), blocks=2, steps=1)  # a smoke run: every figure, none of them a measurement
+PLOT_HINT = "pip install 'unsloth-diffusion-norm[bench]'"  # matplotlib is an optional extra
 
 
 def variants(mode):
@@ -77,7 +86,49 @@ class StepClock:
         return [b - a for a, b in zip(self.ends, self.ends[1:])]  # the first step is warm-up
 
 
-def block(checkpoint, data, ga, applied, flags, steps):
+class Progress:
+    """Lines on stderr a person can follow: `say` for each new phase or run, and while one lasts longer
+    than `every` seconds a line saying it is still going (a long training run, the memory process, the
+    DDP launch), so the output is never silent for long."""
+
+    def __init__(self, write, every=10.0):
+        self.write, self.every = write, every
+        self.started = self.last = time.monotonic()
+        self.doing = "starting"
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+
+    def __enter__(self):
+        self._beat.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._beat.join()
+
+    def say(self, doing):
+        self.doing = doing
+        self._emit(doing)
+
+    def _emit(self, text):
+        self.last = time.monotonic()
+        self.write(f"bench [{self.last - self.started:4.0f} s] {text}")
+
+    def _heartbeat(self):
+        while not self._stop.wait(1.0):
+            if time.monotonic() - self.last >= self.every:
+                self._emit(f"{self.doing} - still running")
+
+
+def can_plot():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
     """One Trainer.train() of `steps` + 1 optimizer steps; (step seconds, peak KiB, peak above start)."""
     import unsloth_diffusion_norm
 
@@ -85,12 +136,13 @@ def block(checkpoint, data, ga, applied, flags, steps):
 
     (unsloth_diffusion_norm.apply if applied else unsloth_diffusion_norm.unpatch)()
     clock = StepClock()
+    where = {} if output_dir is None else {"output_dir": output_dir}
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets the peak resident set (VmHWM) to the current one
         start = _rss_kib("VmRSS")
         experiment.train(data[: ga * (steps + 1)], gradient_accumulation_steps=ga, checkpoint=checkpoint,
-                         record=False, before_train=clock.attach, logging_steps=10**6, **flags)
+                         record=False, before_train=clock.attach, logging_steps=10**6, **flags, **where)
         peak = _rss_kib("VmHWM")
     finally:
         unsloth_diffusion_norm.apply()
@@ -115,69 +167,139 @@ def collectives():
     return sorted({c for row in rows for c in row["collectives"]})
 
 
-def memory_in_child(models, log):
+def memory_in_child(models, log, workdir):
     """{(model, ga, variant): (peak MiB, above start MiB)} from `bench --memory-only` under a fixed mmap
-    threshold (see the module docstring)."""
+    threshold (see the module docstring); its progress lines are passed on to `log`."""
     import json
 
-    out = tempfile.mkstemp(prefix="udn-bench-", suffix=".json")[1]
+    out = os.path.join(workdir, "memory.json")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
-    command = [sys.executable, "-m", "unsloth_diffusion_norm.cli", "bench", "--memory-only", "--blocks", "1",
+    command = [sys.executable, "-m", "unsloth_diffusion_norm", "bench", "--memory-only", "--blocks", "1",
                "--steps", "1", "--no-ddp", "--plot", "", "--json", out, "--models", *models]
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tail = collections.deque(maxlen=40)  # what to show if it fails
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in child.stderr:
+            tail.append(line)
+            if line.startswith("bench [") and "still running" not in line:
+                log("memory process: " + line.split("] ", 1)[-1].strip())
+        child.wait()
+    except BaseException:  # Ctrl-C: the parent removes the directory the child writes into, so stop it first
+        child.kill()
+        child.wait()
+        raise
+    if child.returncode != 0:
+        raise RuntimeError(f"the memory process failed (exit {child.returncode}):\n{''.join(tail)}")
     with open(out) as f:
         rows = json.load(f)["rows"]
-    os.unlink(out)
-    log("bench: memory measured")
     return {(r["model"], r["ga"], r["variant"]): (r["peak_mib"], r["above_mib"]) for r in rows}
 
 
-def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print, memory_only=False):
+def spread(block_times):
+    """(slowest - fastest) / median of the blocks' median step times; None with a single block."""
+    medians = [statistics.median(times) for times in block_times]
+    if len(medians) < 2:
+        return None
+    return (max(medians) - min(medians)) / statistics.median(medians)
+
+
+def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print, memory_only=False, quick=False):
+    """Every figure of the bench as a dict (what --json writes). `quick`: peak memory from this process
+    instead of a second one (see QUICK). Removes every temporary directory it makes, also on Ctrl-C."""
+    workdir = tempfile.mkdtemp(prefix="udn-bench-")
+    try:
+        return _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
     from . import experiment
     from .activation import status
 
     mode = status().mode
-    found = {"mode": mode, "unsloth": status().unsloth_version, "rows": []}
+    found = {"mode": mode, "unsloth": status().unsloth_version, "quick": quick, "blocks": blocks,
+             "steps": steps, "rows": []}
+    if plot and not can_plot():
+        log(f"no plot: matplotlib is not installed ({PLOT_HINT})")
+    runs, total = 0, len(models) * blocks * len(GRADIENT_ACCUMULATION) * len(variants(mode))
     for name in models:
         overrides, prompt, answer = MODELS[name]
         checkpoint = experiment.tiny_checkpoint() if not overrides else experiment.write_tiny_checkpoint(
-            os.path.join(tempfile.mkdtemp(prefix="udn-bench-"), name), **overrides)
+            os.path.join(workdir, name), **overrides)
         vocab = overrides.get("vocab_size", 97)
         data = examples(vocab, prompt, answer, max(GRADIENT_ACCUMULATION) * (steps + 1))
-        times, peaks = {}, {}
+        times, peaks = {}, {}  # times: {(ga, variant): [each block's step seconds]}
         for b in range(blocks):  # interleaved: every variant and GA once per block
             for ga in GRADIENT_ACCUMULATION:
                 for label, applied, flags in variants(mode):
-                    seconds, peak, above = block(checkpoint, data, ga, applied, flags, steps)
-                    times.setdefault((ga, label), []).extend(seconds)
+                    runs += 1
+                    log(f"{name} model, block {b + 1}/{blocks}: GA {ga}, {label} (run {runs}/{total})")
+                    seconds, peak, above = block(checkpoint, data, ga, applied, flags, steps,
+                                                 output_dir=os.path.join(workdir, "run"))
+                    times.setdefault((ga, label), []).append(seconds)
                     peaks.setdefault((ga, label), []).append((peak, above))
-            log(f"bench: {name} block {b + 1}/{blocks} done")
+        every = {key: [s for one in blocks_of for s in one] for key, blocks_of in times.items()}
         for ga in GRADIENT_ACCUMULATION:
-            base = statistics.median(times[(ga, variants(mode)[0][0])])
+            base = statistics.median(every[(ga, variants(mode)[0][0])])
             for label, _, _ in variants(mode):
-                median = statistics.median(times[(ga, label)])
+                median = statistics.median(every[(ga, label)])
                 found["rows"].append(dict(
                     model=name, ga=ga, variant=label, step_ms=median * 1000, ratio=median / base,
+                    spread=spread(times[(ga, label)]),
                     peak_mib=max(p for p, _ in peaks[(ga, label)]) / 1024,
-                    above_mib=max(a for _, a in peaks[(ga, label)]) / 1024, samples=len(times[(ga, label)]),
+                    above_mib=max(a for _, a in peaks[(ga, label)]) / 1024, samples=len(every[(ga, label)]),
                 ))
     if memory_only:
         return found
-    if sys.platform == "linux":
-        memory = memory_in_child(models, log)
+    if sys.platform == "linux" and not quick:
+        log("peak memory: the same runs again in a second process with a fixed mmap threshold")
+        memory = memory_in_child(models, log, workdir)
         for row in found["rows"]:
             row["peak_mib"], row["above_mib"] = memory[(row["model"], row["ga"], row["variant"])]
+    log("import cost: `import unsloth_diffusion_norm` in 5 fresh interpreters")
     found["import_ms"], found["import_torch"], found["import_unsloth"] = import_cost()
+    if ddp:
+        log("count collectives: one optimizer step under 2-rank DDP (torchrun, Gloo; about 20 s)")
     found["collectives_per_step"] = collectives() if ddp else None
     if plot:
         found["plot"] = draw(found, plot)
+        if found["plot"] is None:
+            found["plot_note"] = f"not drawn: matplotlib is not installed ({PLOT_HINT} adds it)"
     return found
+
+
+QUICK_LABEL = ("quick smoke run ({blocks} blocks of {steps} timed step, tiny model, memory from the timing "
+               "process): every figure is produced, none is a measurement - run `unsloth-diffusion-norm bench` "
+               "for those")
+
+
+def noise_note(found):
+    """A ratio whose distance from 1 is within the spread between blocks (its own or its baseline's) is
+    noise, not an effect: name those rows. None when every ratio stands out of its noise."""
+    if found["blocks"] < 2:
+        return ("note: one block per figure, so nothing shows how much step times vary between blocks; "
+                "use --blocks 3 or more before reading the ratios")
+    baselines, noisy, compared = {}, [], 0
+    for r in found["rows"]:
+        base = baselines.setdefault((r["model"], r["ga"]), r)  # the first variant of each model and GA
+        if r is base:
+            continue
+        compared += 1
+        noise = max(r["spread"], base["spread"])
+        if abs(r["ratio"] - 1) < noise:
+            noisy.append(f"{r['model']} GA {r['ga']} {r['variant']} {r['ratio']:.3f} (blocks {noise:.0%} apart)")
+    if not noisy:
+        return None
+    return (f"note: in {len(noisy)} of {compared} rows the blocks' step times spread further apart than the "
+            f"ratio is from 1, so the ratio is noise, not an effect: " + "; ".join(noisy))
 
 
 def render(found):
     lines = [
         f"Unsloth {found['unsloth']} (mode {found['mode']}); CPU; medians over interleaved blocks, first step "
         f"of each block dropped",
+        *([QUICK_LABEL.format(**found)] if found.get("quick") else []),
         "",
         "| model | GA | variant | step time (ms) | ratio to first variant | peak RSS (MiB) | peak above start (MiB) | peak vs GA 1 |",
         "|---|---|---|---|---|---|---|---|",
@@ -188,7 +310,9 @@ def render(found):
             f"| {r['model']} | {r['ga']} | {r['variant']} | {r['step_ms']:.1f} | {r['ratio']:.3f} | "
             f"{r['peak_mib']:.0f} | {r['above_mib']:.1f} | {r['peak_mib'] / ga1[(r['model'], r['variant'])]:.3f} |"
         )
+    note = noise_note(found)
     lines += [
+        *(["", note] if note else []),
         "",
         f"`import unsloth_diffusion_norm` alone: {found['import_ms']:.1f} ms (median of 5 fresh interpreters); "
         f"imports torch: {found['import_torch']}; imports unsloth: {found['import_unsloth']}",
@@ -197,6 +321,8 @@ def render(found):
         lines.append(f"count collectives per optimizer step under 2-rank DDP: {found['collectives_per_step']}")
     if found.get("plot"):
         lines.append(f"plot: {found['plot']}")
+    elif found.get("plot_note"):
+        lines.append(f"plot: {found['plot_note']}")
     return "\n".join(lines)
 
 
@@ -208,7 +334,7 @@ def draw(found, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return None  # matplotlib is an optional extra: pip install 'unsloth-diffusion-norm[bench]'
+        return None  # an optional extra (PLOT_HINT); run() says so
     models = list(dict.fromkeys(r["model"] for r in found["rows"]))
     figure, axes = plt.subplots(len(models), 2, figsize=(10, 3.6 * len(models)), squeeze=False)
     for row, model in zip(axes, models):

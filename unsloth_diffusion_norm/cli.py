@@ -1,9 +1,106 @@
-"""`unsloth-diffusion-norm`: reproduce (before / after / reference table), status, doctor, bench."""
+"""`unsloth-diffusion-norm`: reproduce (before / after / reference table), status, doctor, bench.
+
+Exit status, every command: 0 done (doctor, reproduce: the fix holds here); 1 doctor, reproduce: this stack
+is affected and not fixed, or the check failed; 2 a bad command line, or an Unsloth release the plugin does
+not support; 3 Unsloth is not installed or cannot be imported; 4 an output file could not be written;
+130 interrupted. An error is one line on stderr; `doctor --json` prints its JSON report whatever happens.
+"""
 
 import argparse
-import logging
+import contextlib
+import io
+import json
+import math
 import os
+import shutil
 import sys
+import tempfile
+
+from . import __version__
+
+PROG = "unsloth-diffusion-norm"
+DONE, FAILED, USAGE, UNSUPPORTED, NO_UNSLOTH, UNWRITABLE, INTERRUPTED = 0, 1, 2, 2, 3, 4, 130
+INSTALL = "pip install 'unsloth>=2026.10.4'"
+
+
+class Failure(Exception):
+    """One line for stderr, and the exit status that goes with it."""
+
+    def __init__(self, line, code):
+        super().__init__(line)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print the whole usage; one line says it
+        raise Failure(f"{self.prog}: {message} (see {self.prog} --help)", USAGE)
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
+def _seed(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:  # Trainer seeds numpy, which takes 0 .. 2**32 - 1
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {2**32 - 1}, not {text!r}")
+    return value
+
+
+def _writable(text):
+    """A file path this process can write, checked before any long run starts ('' passes: no file)."""
+    if text:
+        existed = os.path.exists(text)
+        try:
+            with open(text, "a"):
+                pass
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"cannot write {text!r}: {error.strerror}") from None
+        if not existed:
+            os.remove(text)
+    return text
+
+
+def _parser():
+    installed = "Unsloth not installed"
+    with contextlib.suppress(Exception):
+        from importlib import metadata
+
+        installed = f"Unsloth {metadata.version('unsloth')} installed"
+    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__} ({installed})")
+    commands = parser.add_subparsers(dest="command", required=True)
+    reproduce = commands.add_parser("reproduce", help="before / after / reference table on a tiny model (CPU)")
+    reproduce.add_argument("--seed", type=_seed, default=0, help="training seed (decides the noise)")
+    commands.add_parser("status", help="print what the plugin did to the installed Unsloth")
+    doctor = commands.add_parser(
+        "doctor", help="is this stack affected, is the fix live, and a self-check against the oracle",
+        description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
+        "fixed, or self-check failed; 2 unsupported Unsloth; 3 Unsloth not installed or not importable.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON (always, also on errors)")
+    bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
+    bench.add_argument("--quick", action="store_true",
+                       help="smoke run of every figure in about a minute (tiny model, 2 blocks of 1 step); "
+                       "its ratios are not measurements")
+    bench.add_argument("--models", nargs="+", choices=["tiny", "larger"], help="default: tiny larger")
+    bench.add_argument("--blocks", type=_positive_int, help="interleaved blocks per variant and GA (default 3)")
+    bench.add_argument("--steps", type=_positive_int, help="timed optimizer steps per block (default 3)")
+    bench.add_argument("--plot", type=_writable,
+                       help="PNG path (needs matplotlib); '' for none (default: bench.png, none with --quick)")
+    bench.add_argument("--no-ddp", action="store_true", help="skip the 2-rank collective count")
+    bench.add_argument("--json", type=_writable, help="also write the measurements here")
+    bench.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
+    return parser
 
 
 def _quiet_imports():
@@ -11,74 +108,184 @@ def _quiet_imports():
     os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bars
+    import logging
+
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="unsloth-diffusion-norm", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    reproduce = commands.add_parser("reproduce", help="before / after / reference table on a tiny model (CPU)")
-    reproduce.add_argument("--seed", type=int, default=0, help="training seed (decides the noise)")
-    commands.add_parser("status", help="print what the plugin did to the installed Unsloth")
-    doctor = commands.add_parser(
-        "doctor", help="is this stack affected, is the fix live, and a self-check against the oracle",
-        description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
-        "fixed, or self-check failed; 2 unsupported Unsloth.",
-    )
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
-    bench.add_argument("--models", nargs="+", default=["tiny", "larger"], choices=["tiny", "larger"])
-    bench.add_argument("--blocks", type=int, default=3, help="interleaved blocks per variant and GA")
-    bench.add_argument("--steps", type=int, default=3, help="timed optimizer steps per block")
-    bench.add_argument("--plot", default="bench.png", help="PNG path (needs matplotlib); '' for none")
-    bench.add_argument("--no-ddp", action="store_true", help="skip the 2-rank collective count")
-    bench.add_argument("--json", help="also write the measurements here")
-    bench.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+@contextlib.contextmanager
+def _scratch_space():
+    """One temporary directory, removed at exit (Ctrl-C included), for everything this process and the
+    processes it starts write that nobody asked for: our checkpoints and run folders (tempfile), torch's
+    caches (TMPDIR), Unsloth's compiled cache (UNSLOTH_COMPILE_LOCATION, read when Unsloth is imported;
+    by default it lands in the current directory) and the tiny model's copied remote code
+    (HF_MODULES_CACHE). Only this process sees these settings; a user's own training keeps Unsloth's."""
+    root = tempfile.mkdtemp(prefix="udn-cli-")
+    settings = {"TMPDIR": root}
+    if not {"unsloth", "transformers"} & sys.modules.keys():  # both read these once, when imported
+        for name, leaf in (("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"), ("HF_MODULES_CACHE", "hf_modules")):
+            if name not in os.environ:  # a location the user chose stays theirs
+                settings[name] = os.path.join(root, leaf)
+    saved = {name: os.environ.get(name) for name in settings}
+    saved_tempdir = tempfile.tempdir
+    os.environ.update(settings)
+    tempfile.tempdir = root
+    try:
+        yield root
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(root, ignore_errors=True)
 
-    _quiet_imports()
-    import unsloth_diffusion_norm
 
-    if args.command == "status":
-        import unsloth  # noqa: F401 - the hooks act on import
+def _installed_unsloth():
+    """Unsloth's version ('' when it is importable without package metadata); Failure(NO_UNSLOTH) if absent."""
+    from importlib import metadata, util
 
-        print(unsloth_diffusion_norm.status())
-        return 0
-    import contextlib
-    import io
+    try:
+        return metadata.version("unsloth")
+    except metadata.PackageNotFoundError:
+        if "unsloth" in sys.modules or util.find_spec("unsloth") is not None:
+            return ""
+    raise Failure(f"Unsloth is not installed; install it with: {INSTALL}", NO_UNSLOTH)
 
-    # Unsloth and the Trainer print banners and progress; keep the output readable.
-    with contextlib.redirect_stdout(io.StringIO()):
-        import unsloth  # noqa: F401
-    if args.command == "bench":
-        import json
 
-        from . import bench as bench_module
+def _import_unsloth():
+    """Import Unsloth after the plugin, as users do, with its banners on stderr so that stdout carries only
+    our report. Raises Failure(NO_UNSLOTH) naming what is wrong and what to do."""
+    version = _installed_unsloth()
+    if "unsloth" in sys.modules:
+        return
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            import unsloth  # noqa: F401 - the plugin's hooks act on this import
+    except Exception as error:  # noqa: BLE001 - whatever breaks the import, the user gets one line
+        detail = " ".join(str(error).split())
+        raise Failure(f"Unsloth {version} is installed but `import unsloth` fails: {type(error).__name__}: {detail}",
+                      NO_UNSLOTH) from None
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            found = bench_module.run(args.blocks, args.steps, args.models, args.plot or None, not args.no_ddp,
-                                     log=lambda line: print(line, file=sys.stderr), memory_only=args.memory_only)
-        if not args.memory_only:
-            print(bench_module.render(found))
-        if args.json:
+
+def _refuse_unsupported():
+    from .activation import status
+    from .registry import UNSUPPORTED as UNSUPPORTED_MODE
+
+    state = status()
+    if state.mode == UNSUPPORTED_MODE:
+        raise Failure(f"Unsloth {state.unsloth_version} is not supported: {state.reason}", UNSUPPORTED)
+
+
+def _status(args):
+    from .activation import status
+
+    _import_unsloth()
+    print(status())
+    return DONE
+
+
+def _finite(value):
+    """JSON without NaN / Infinity (not JSON), whatever a broken self-check measured."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _doctor(args):
+    from . import doctor
+
+    try:
+        _import_unsloth()
+        with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
+            report = doctor.examine()
+    except Failure as failure:
+        report = doctor.unusable(str(failure), failure.code)
+    except Exception as error:  # noqa: BLE001 - a health check reports what broke
+        report = doctor.unusable(f"doctor failed: {type(error).__name__}: {error}", FAILED)
+    if args.json:
+        print(json.dumps(_finite(report), indent=1))
+    if "error" in report:
+        print(f"{PROG} doctor: {report['error']}", file=sys.stderr)
+    elif not args.json:
+        print(doctor.render(report))
+    return report["exit"]
+
+
+def _reproduce(args):
+    _import_unsloth()
+    _refuse_unsupported()
+    from . import reproduce  # imports torch: after Unsloth, as users do
+
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
+        columns = reproduce.table(args.seed)
+    print(reproduce.render(columns))
+    return DONE if reproduce.succeeded(columns) else FAILED
+
+
+def _bench(args):
+    from . import bench
+
+    if args.quick and (args.models or args.blocks or args.steps):
+        raise Failure(f"{PROG} bench: --quick sets the model, blocks and steps itself; leave out --models, "
+                      f"--blocks and --steps", USAGE)
+    preset = bench.QUICK if args.quick else dict(models=("tiny", "larger"), blocks=3, steps=3)
+    models, blocks, steps = args.models or preset["models"], args.blocks or preset["blocks"], args.steps or preset["steps"]
+    plot = args.plot
+    if plot is None and not args.quick:
+        try:
+            plot = _writable("bench.png")
+        except argparse.ArgumentTypeError as error:
+            raise Failure(f"{PROG} bench: --plot: {error} (give --plot PATH, or --plot '' for none)", USAGE) from None
+    _installed_unsloth()  # before the first progress line: a missing Unsloth is all the user should read
+    with bench.Progress(lambda line: print(line, file=sys.stderr, flush=True)) as progress:
+        progress.say("importing Unsloth (about 10 s)")
+        _import_unsloth()
+        _refuse_unsupported()
+        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer's banners, once per run: not progress
+            found = bench.run(blocks, steps, models, plot or None, not args.no_ddp, log=progress.say,
+                              memory_only=args.memory_only, quick=args.quick)
+        progress.say("done")
+    if not args.memory_only:
+        print(bench.render(found))
+    if args.json:
+        try:
             with open(args.json, "w") as f:
-                json.dump(found, f, indent=1)
-        return 0
-    if args.command == "doctor":
-        import json
+                json.dump(_finite(found), f, indent=1)
+        except OSError as error:
+            raise Failure(f"{PROG} bench: cannot write {args.json!r}: {error.strerror}", UNWRITABLE) from None
+    return DONE
 
-        from . import doctor as doctor_module
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            report = doctor_module.examine()
-        print(json.dumps(report, indent=1) if args.json else doctor_module.render(report))
-        return report["exit"]
-    from . import reproduce as reproduce_module
+COMMANDS = {"status": _status, "doctor": _doctor, "reproduce": _reproduce, "bench": _bench}
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        columns = reproduce_module.table(args.seed)
-    print(reproduce_module.render(columns))
-    return 0 if reproduce_module.succeeded(columns) else 1
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except Failure as failure:
+        print(failure, file=sys.stderr)
+        if argv[:1] == ["doctor"] and "--json" in argv:  # its JSON comes whatever happens
+            print(json.dumps({"exit": failure.code, "error": str(failure)}, indent=1))
+        return failure.code
+    _quiet_imports()
+    try:
+        with _scratch_space():
+            return COMMANDS[args.command](args)
+    except Failure as failure:
+        line = str(failure)
+        print(line if line.startswith(PROG) else f"{PROG} {args.command}: {line}", file=sys.stderr)
+        return failure.code
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted; its temporary files are removed", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

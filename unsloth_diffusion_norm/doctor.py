@@ -4,8 +4,9 @@ Prints the installed versions, the device, the plugin's mode with every patch an
 in one sentence, then a live self-check: the tiny model, one GA=2 window whose micro-batches draw
 unequal mask counts, through the real DiffusionTrainer, judged by the oracle.
 Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed (disabled,
-unpatched, or a broken installation of the plugin), or the self-check failed; 2 an Unsloth this plugin
-does not support.
+unpatched, a displaced patch, or a broken installation of the plugin), or the self-check failed (or could
+not run); 2 an Unsloth this plugin does not support; 3 (set by the command line) Unsloth is not
+installed or cannot be imported.
 """
 
 import time
@@ -86,7 +87,13 @@ def examine(self_check=True):
     report["verdict"] = verdict
     if self_check:
         started = time.perf_counter()
-        verdict = reproduce.measure(seed=0)  # this stack as it is: patched, native or unfixed
+        try:
+            verdict = reproduce.measure(seed=0)  # this stack as it is: patched, native or unfixed
+        except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
+            report["self_check"] = {"passed": False, "error": f"{type(error).__name__}: {error}",
+                                    "seconds": round(time.perf_counter() - started, 2)}
+            report["exit"] = AFFECTED
+            return report
         report["self_check"] = {
             "counts": verdict.counts,
             "loss": verdict.logged_loss,
@@ -103,6 +110,15 @@ def examine(self_check=True):
     return report
 
 
+def unusable(message, code):
+    """The report when doctor cannot look at Unsloth at all (not installed, not importable): what --json
+    prints then, with the one line the command line shows on stderr."""
+    from .activation import status
+
+    return {"versions": versions(), "device": None, "mode": status().mode, "verdict": message,
+            "error": message, "exit": code}
+
+
 def render(report):
     lines = ["Installed: " + ", ".join(f"{k} {v or '—'}" for k, v in report["versions"].items()),
              f"Device: {report['device']}",
@@ -115,7 +131,9 @@ def render(report):
     lines += [f"  DISPLACED: {name}" for name in report.get("displaced", [])]
     lines.append(f"Verdict: {report['verdict']}")
     check = report.get("self_check")
-    if check:
+    if check and "error" in check:
+        lines.append(f"Self-check: FAIL - it could not run: {check['error']}")
+    elif check:
         lines.append(
             f"Self-check (cpu, tiny model, GA 2, masked tokens {check['counts']}): "
             f"{'PASS' if check['passed'] else 'FAIL'} - loss {check['loss']:.6f} vs oracle "

@@ -34,14 +34,15 @@ class Example:
 
 
 def tiny_checkpoint():
-    """A tiny checkpoint in a fresh temporary directory (written once per process)."""
-    global _CHECKPOINT
-    if _CHECKPOINT is None:
-        _CHECKPOINT = write_tiny_checkpoint(os.path.join(tempfile.mkdtemp(prefix="udn-"), "tiny"))
-    return _CHECKPOINT
+    """A tiny checkpoint in a fresh temporary directory, written once per process and temporary directory:
+    the command line points tempfile at a scratch directory of its own and removes it afterwards."""
+    where = tempfile.gettempdir()
+    if where not in _CHECKPOINTS:
+        _CHECKPOINTS[where] = write_tiny_checkpoint(os.path.join(tempfile.mkdtemp(prefix="udn-"), "tiny"))
+    return _CHECKPOINTS[where]
 
 
-_CHECKPOINT = None
+_CHECKPOINTS = {}
 
 
 def load_model(lora=None, checkpoint=None):
@@ -161,7 +162,7 @@ def build(
 
     model, tokenizer = load_model(lora=lora, checkpoint=checkpoint)
     settings = dict(
-        output_dir=tempfile.mkdtemp(prefix="udn-run-"),  # unless config names one
+        output_dir=config.get("output_dir") or tempfile.mkdtemp(prefix="udn-run-"),  # made only if config names none
         per_device_train_batch_size=batch_size,
         per_device_eval_batch_size=batch_size,
         gradient_accumulation_steps=gradient_accumulation_steps,

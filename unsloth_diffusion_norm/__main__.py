@@ -1,0 +1,7 @@
+"""`python -m unsloth_diffusion_norm` is the command line, `unsloth-diffusion-norm`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
