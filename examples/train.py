@@ -35,7 +35,8 @@ def load_data(script_args):
 
 
 def main(script_args, training_args, model_args):
-    print(unsloth_diffusion_norm.status())
+    status = unsloth_diffusion_norm.status()  # print(status) lists every patch
+    print(f"unsloth_diffusion_norm: {status.mode} on Unsloth {status.unsloth_version}")
     # TRL moved these between ModelConfig and SFTConfig across releases: take them where they are.
     dtype = getattr(model_args, "dtype", None) or getattr(model_args, "torch_dtype", None)
     remote_code = getattr(model_args, "trust_remote_code", None) or getattr(training_args, "trust_remote_code", False)

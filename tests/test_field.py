@@ -266,7 +266,7 @@ def _example(workdir, output, *argv):
 def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
     out, steps, losses = _example(workdir, "from-cli", "--trust_remote_code", "true",
                                   "--diffusion_loss_normalization", "window")
-    assert f"mode={EXPECTED_MODE}" in out and "diffusion_loss_normalization='window'" in out
+    assert f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out and "diffusion_loss_normalization='window'" in out
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
 
 
