@@ -60,7 +60,11 @@ def counting_rule(average_tokens_across_devices, world_size, num_processes, para
     number of processes holding the same batch (tensor / context / sequence parallel ranks), so no
     data is counted twice. DDP then averages gradients over the ranks that hold different data, so the
     loss is multiplied by their number to leave the gradient of sum(S) / sum(N). Both numbers mirror
-    transformers' own Trainer (get_batch_samples and compute_loss, 5.x) for token-counted losses."""
+    transformers' own Trainer (get_batch_samples and compute_loss, 5.x) for token-counted losses.
+
+    The factor holds for every engine Trainer drives, none of which needs its own: DDP and FSDP2 average
+    gradients over the data-parallel ranks (fully_shard: over shard x replicate groups), and so do DeepSpeed
+    ZeRO-1/2/3, whose own division by the accumulation steps Trainer switches off (scale_wrt_gas=False)."""
     if not (average_tokens_across_devices and world_size > 1):
         return None, 1
     if parallelism_config is None:
