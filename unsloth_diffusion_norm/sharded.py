@@ -25,8 +25,7 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from . import data_parallel
 from .data_parallel import CASES as DDP_CASES
@@ -81,17 +80,21 @@ class Engine:
     name: str
     launcher: str  # "torchrun" or "accelerate"
     accelerate_yaml: str = None  # the --config_file (a template for {config}: the DeepSpeed JSON)
-    deepspeed: dict = None  # the DeepSpeed JSON: `deepspeed=` in the arguments, or the yaml's file
-    training_args: dict = field(default_factory=dict)  # what the user's script passes besides ours
+    deepspeed: dict = None  # the DeepSpeed JSON: the yaml's file, or `deepspeed=` under torchrun
 
     @property
     def uses_deepspeed(self):
         return self.deepspeed is not None
 
+    @property
+    def training_args(self):
+        """What the user's script adds to its training arguments for this engine."""
+        return {"deepspeed": self.deepspeed} if self.uses_deepspeed and self.launcher == "torchrun" else {}
+
 
 ENGINES = {
     "fsdp2": Engine("fsdp2", "accelerate", accelerate_yaml=FSDP2_YAML),
-    "zero2": Engine("zero2", "torchrun", deepspeed=zero_config(2), training_args={"deepspeed": zero_config(2)}),
+    "zero2": Engine("zero2", "torchrun", deepspeed=zero_config(2)),
     "zero3": Engine("zero3", "accelerate", accelerate_yaml=ZERO3_YAML, deepspeed=zero_config(3)),
 }
 
@@ -204,7 +207,7 @@ def layout(engine, trainer):
     want = int(engine.name[-1])
     if stage == 3:
         partitioned = [p for p in params if hasattr(p, "ds_tensor") and p.numel() == 0]
-        on = len(partitioned) == len(params)
+        on = stage == want and len(partitioned) == len(params)
         return on, f"{wrapper} ZeRO-3: {len(partitioned)}/{len(params)} parameters partitioned over {world} ranks"
     partitions = getattr(trainer.model_wrapped.optimizer, "partition_count", None)
     on = stage == want and partitions is not None and set(partitions) == {world}
