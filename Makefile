@@ -11,10 +11,12 @@ RUN := UNSLOTH_ALLOW_CPU=1
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements-dev.txt constraints.txt
+$(VENV)/.installed: pyproject.toml requirements-dev.txt requirements-sharded.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -r requirements-dev.txt
+	# DeepSpeed (the `sharded` extra) builds against the torch just installed: no build isolation.
+	$(BIN)/pip install -q --no-build-isolation -c constraints.txt -r requirements-sharded.txt
 	# unsloth pulls torchvision, which cannot load beside the CPU torch and breaks `import unsloth`.
 	$(BIN)/pip uninstall -q -y torchvision
 	$(BIN)/pip install -q --no-deps -e .

@@ -13,6 +13,7 @@ launch (process start plus `import unsloth`) costs far more than a case.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ class Case:
     # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
     resume_at: int = None
     diffusion_noise: str = None  # the per-run noise flag
+    lora: str = None  # experiment.load_model's LoRA variant
     seed: int = 3  # realized counts differ between micro-batches and between ranks
 
     def examples(self):
@@ -86,6 +88,8 @@ CASES = {
 
 # A collective issued by the library code while a window is fetched or trained on. DDP's gradient
 # all-reduce runs inside its C++ reducer and logging's loss gather runs outside the step: neither counts.
+# Nor do a sharding engine's own parameter and gradient collectives (issued from these packages).
+ENGINE_PACKAGES = ("torch.distributed.fsdp", "torch.distributed.tensor", "deepspeed")
 COLLECTIVES = (
     "all_gather",
     "all_gather_into_tensor",
@@ -131,7 +135,7 @@ class CollectiveCounter:
 
     def _counted(self, original):
         def collective(*pos, **kw):
-            if self.active:
+            if self.active and not _from_engine(sys._getframe(1)):
                 self.per_window[-1] += 1
             return original(*pos, **kw)
 
@@ -148,6 +152,14 @@ class CollectiveCounter:
                 self.active = False
 
         return view
+
+
+def _from_engine(frame):
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(ENGINE_PACKAGES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @dataclass
@@ -167,18 +179,23 @@ class RankResult:
     eval_reference: float = None
     eval_unpatched: float = None
     resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
+    checkpoint: list = None  # the files of the checkpoint a run resumed from
     noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
     sample_masks: dict = None  # per-sample noise: generator seed -> (own tokens, masked)
+    engine: str = None  # sharded.ENGINES name; None: DDP
+    engine_on: bool = None  # the engine really wraps and shards the model
+    layout: str = None  # what it did, in words
     ok: bool = False
 
 
-def run_case(name, case):
-    """Train one case on this rank; every rank returns its own RankResult."""
+def run_case(name, case, engine=None):
+    """Train one case on this rank (under a sharded.ENGINES engine, or DDP); every rank returns its own
+    RankResult."""
     import torch.distributed as dist
 
     import unsloth_diffusion_norm
 
-    from . import experiment, oracle
+    from . import experiment, oracle, sharded
 
     unsloth_diffusion_norm.apply()
     if case.unsloth_ga_trainer:
@@ -196,17 +213,23 @@ def run_case(name, case):
         average_tokens_across_devices=case.average_tokens_across_devices,
         before_train=counter.attach,
     )
+    if case.lora is not None:
+        settings["lora"] = case.lora
+    if engine is not None:
+        settings.update(engine.training_args, gathered=sharded.gathered(engine), record_with=sharded.record_with(engine))
     if case.diffusion_noise is not None:
         settings["diffusion_noise"] = case.diffusion_noise
     elif case.resume_at and unsloth_diffusion_norm.status().mode == NATIVE:
         settings["diffusion_noise"] = "global"  # resume-exact draws are an opt-in on 2026.10.7+
-    resume_difference = None
+    resume_difference = checkpoint = None
     try:
         if case.resume_at:
             # The launcher's working directory is shared by the ranks: the checkpoint goes there.
             workdir = os.path.join(os.getcwd(), name)
             runs = experiment.train_and_resume(case.examples(), case.resume_at, workdir, **settings)
             run, resume_difference = runs.resumed, runs.difference
+            saved = os.path.join(workdir, "full", f"checkpoint-{case.resume_at}")
+            checkpoint = sorted(os.path.relpath(os.path.join(d, f), saved) for d, _, fs in os.walk(saved) for f in fs)
         else:
             run = train(case.examples(), **settings)
     finally:
@@ -242,7 +265,11 @@ def run_case(name, case):
         collectives=counter.per_window,
         model_wrapped=type(trainer.model_wrapped).__name__,
         resume_difference=resume_difference,
+        checkpoint=checkpoint,
     )
+    if engine is not None:
+        result.engine = engine.name
+        result.engine_on, result.layout = sharded.layout(engine, trainer)
     if case.evaluate:
         result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
         everyone = [None] * world
@@ -262,7 +289,7 @@ def run_case(name, case):
     return result
 
 
-def worker(names, out):
+def worker(names, out, engine_name=None):
     """Inside a launched process: run the named cases, gather every rank's results, rank 0 writes them."""
     import contextlib
     import io
@@ -271,13 +298,19 @@ def worker(names, out):
 
     import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
 
+    from . import sharded
+
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth  # noqa: F401
 
+    engine = sharded.ENGINES[engine_name] if engine_name else None
+    cases = sharded.CASES if engine else CASES
+    if engine is not None:
+        sharded.prepare(engine)
     results = []
     for name in names:
         with contextlib.redirect_stdout(io.StringIO()):
-            mine = run_case(name, CASES[name])
+            mine = run_case(name, cases[name], engine)
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, asdict(mine))
         results.extend(everyone)
@@ -291,11 +324,19 @@ def worker(names, out):
 LAUNCHERS = ("torchrun", "accelerate")
 
 
-def launch(ranks, names, launcher="torchrun", timeout=600):
-    """Start `ranks` real processes the way users do and return every rank's result of every case."""
+def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
+    """Start `ranks` real processes the way users do and return every rank's result of every case
+    (under a sharded.ENGINES engine, launched as that engine says, or plain DDP)."""
+    from . import sharded
+
     out = tempfile.mkstemp(prefix="udn-ddp-", suffix=".json")[1]
     module = ["-m", "unsloth_diffusion_norm.data_parallel", "--worker", "--json", out, "--cases", *names]
-    if launcher == "torchrun":
+    # Unsloth writes its compile cache into the working directory: keep it out of the user's.
+    cwd = tempfile.mkdtemp(prefix="udn-ddp-cwd-")
+    if engine is not None:
+        module += ["--engine", engine.name]
+        command, launcher = sharded.command(engine, ranks, cwd), engine.launcher
+    elif launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     elif launcher == "accelerate":
         command = [
@@ -311,19 +352,17 @@ def launch(ranks, names, launcher="torchrun", timeout=600):
         "TRANSFORMERS_VERBOSITY": "error",
         "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
         "PYTHONWARNINGS": "ignore",
+        **(sharded.environment(engine) if engine is not None else {}),
     }
-    # Unsloth writes its compile cache into the working directory: keep it out of the user's.
-    done = subprocess.run(
-        command + module, env=env, cwd=tempfile.mkdtemp(prefix="udn-ddp-cwd-"),
-        capture_output=True, text=True, timeout=timeout,
-    )
+    done = subprocess.run(command + module, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(
-            f"{launcher} with {ranks} ranks failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+            f"{launcher} with {ranks} ranks{f' ({engine.name})' if engine else ''} failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
         )
     with open(out) as f:
         results = json.load(f)
     os.unlink(out)
+    shutil.rmtree(cwd, ignore_errors=True)  # checkpoints of the resume cases
     return results
 
 
@@ -383,9 +422,10 @@ def main(argv=None):
     parser.add_argument("--json", help="write every rank's results here")
     parser.add_argument("--cases", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.cases, args.json)
+        worker(args.cases, args.json, args.engine)
         return 0
     results = []
     for ranks in args.ranks:

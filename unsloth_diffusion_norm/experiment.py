@@ -6,6 +6,7 @@ clean batches, the RNG state its noise came from, the weights it started at, its
 weights after the optimizer step. The oracle replays the masks from that RNG state on its own.
 """
 
+import contextlib
 import copy
 import os
 import tempfile
@@ -66,6 +67,25 @@ def load_model(lora=None, checkpoint=None):
     return model, tokenizer
 
 
+@contextlib.contextmanager
+def loaded_first():
+    """Models loaded here are plain modules, as in a script that loads its model before it builds its
+    training arguments - also while arguments with a DeepSpeed ZeRO-3 config from an earlier run are
+    alive (transformers would build the model partitioned under deepspeed.zero.Init, and refuses the
+    device_map Unsloth's loader is given). ZeRO-3 partitions the plain model when its engine is built."""
+    try:
+        from transformers.integrations import deepspeed as hf_deepspeed
+    except ImportError:  # transformers without the integration: nothing to switch off
+        yield
+        return
+    alive = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = alive
+
+
 def clean_inputs(batch):
     """A detached CPU copy of what the oracle needs from a micro-batch, whatever else it carries
     (with diffusion_noise="per_sample", the generator seed of each row as "keys")."""
@@ -98,7 +118,13 @@ class Run:
     reference_model: torch.nn.Module = None
 
 
-def _recorder(run):
+def whole(tensor):
+    """A detached, unsharded copy: FSDP2 holds parameters and gradients as DTensor shards."""
+    tensor = tensor.detach()
+    return (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).clone()
+
+
+def _recorder(run, gathered):
     from transformers import TrainerCallback
 
     class Recorder(TrainerCallback):
@@ -106,19 +132,23 @@ def _recorder(run):
             record = run.windows[-1]
             if record.rng_state is None:  # noise not drawn yet: it will be, from here
                 record.rng_state = torch.get_rng_state()
-            record.state_before = {n: p.detach().clone() for n, p in model.state_dict().items()}
+            with gathered(model):
+                record.state_before = {n: whole(p) for n, p in model.state_dict().items()}
 
         def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            if run.windows[-1].grads is not None:  # recorded by the engine's own step (DeepSpeed)
+                return
             run.windows[-1].grads = {
-                n: p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                n: whole(p.grad) if p.grad is not None else torch.zeros_like(whole(p))
                 for n, p in model.named_parameters()
                 if p.requires_grad
             }
 
         def on_step_end(self, args, state, control, model=None, **kw):
-            run.windows[-1].params_after = {
-                n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad
-            }
+            with gathered(model):
+                run.windows[-1].params_after = {
+                    n: whole(p) for n, p in model.named_parameters() if p.requires_grad
+                }
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs and run.windows:
@@ -150,17 +180,25 @@ def build(
     record=True,
     streaming=False,
     compute_loss_func=None,
+    gathered=contextlib.nullcontext,
+    record_with=None,
     **config,
 ):
     """A DiffusionTrainer over `examples` (kept in the order given), ready to train, with its recording
     instruments attached; returns the Run. `config` goes to DiffusionConfig and overrides the settings
     below (e.g. save_strategy / save_steps / output_dir for a resume, max_steps, bf16). `checkpoint`:
     another model directory; `record=False`: no recording and no oracle copy (benchmarks);
-    `streaming`: the data as a length-less IterableDataset (then give max_steps)."""
+    `streaming`: the data as a length-less IterableDataset (then give max_steps). `gathered(model)`: a
+    context in which the model's parameters are whole (DeepSpeed ZeRO-3 partitions them);
+    `record_with(trainer, run)`: recording an engine needs besides the callbacks (DeepSpeed's gradients
+    live inside its step)."""
     from datasets import Dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
-    model, tokenizer = load_model(lora=lora, checkpoint=checkpoint)
+    with loaded_first():
+        model, tokenizer = load_model(lora=lora, checkpoint=checkpoint)
+        # The oracle's copy, loaded apart: the trained model gets instance-level forwards from the stack.
+        reference_model = load_model(lora=lora, checkpoint=checkpoint)[0] if record else None
     settings = dict(
         output_dir=config.get("output_dir") or tempfile.mkdtemp(prefix="udn-run-"),  # made only if config names none
         per_device_train_batch_size=batch_size,
@@ -202,7 +240,7 @@ def build(
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
     if not record:
         return Run(trainer=trainer)
-    run = Run(trainer=trainer, reference_model=load_model(lora=lora, checkpoint=checkpoint)[0])
+    run = Run(trainer=trainer, reference_model=reference_model)
     fetch = trainer.get_batch_samples
     drawn_while_fetching = []  # RNG state before a natively fixed release's first prepare_batch
 
@@ -229,7 +267,9 @@ def build(
             return prepare(*pos, **kw)
 
         object.__setattr__(trainer.diffusion_profile, "prepare_batch", prepare_batch)
-    trainer.add_callback(_recorder(run))
+    trainer.add_callback(_recorder(run, gathered))
+    if record_with is not None:
+        record_with(trainer, run)
     return run
 
 

@@ -64,6 +64,10 @@ def counting_rule(average_tokens_across_devices, world_size, num_processes, para
     loss is multiplied by their number to leave the gradient of sum(S) / sum(N). Both numbers mirror
     transformers' own Trainer (get_batch_samples and compute_loss, 5.x) for token-counted losses.
 
+    The factor holds for every engine Trainer drives, none of which needs its own: DDP and FSDP2 average
+    gradients over the data-parallel ranks (fully_shard: over shard x replicate groups), and so do DeepSpeed
+    ZeRO-1/2/3, whose own division by the accumulation steps Trainer switches off (scale_wrt_gas=False).
+
     `upstream`: Unsloth 2026.10.7+'s own rule (all processes' counts summed, the loss multiplied by all
     processes; a replicated batch is in both, so it cancels), which its compute_loss applies."""
     if not (average_tokens_across_devices and world_size > 1):
