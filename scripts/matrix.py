@@ -97,7 +97,7 @@ def installed(python, log):
 
 def mode(python, env):
     out = subprocess.run(
-        [python, "-m", "unsloth_diffusion_norm.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
+        [python, "-m", "unsloth_diffusion_norm.verify.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
     )
     # Unsloth prints banners on import; the report line is ours.
     line = next((l for l in out.stdout.splitlines() if l.startswith("unsloth_diffusion_norm: mode=")), "")

@@ -106,7 +106,7 @@ def test_config_field_validates_and_round_trips(plugin, tmp_path):
 def test_window_flag_on_a_non_masked_profile_is_refused_at_construction(plugin, tmp_path):
     from datasets import Dataset
 
-    from unsloth_diffusion_norm import experiment
+    from unsloth_diffusion_norm.verify import experiment
 
     block = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
     model, tokenizer = experiment.load_model()
@@ -149,7 +149,7 @@ def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched():
 
 
 def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
-    from unsloth_diffusion_norm import doctor
+    from unsloth_diffusion_norm.verify import doctor
 
     ours = vars(DiffusionTrainer)["__init__"]
     DiffusionTrainer.__init__ = lambda self, *pos, **kw: ours(self, *pos, **kw)  # someone else's wrapper
@@ -166,7 +166,7 @@ def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
 
 @native_only
 def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
-    from unsloth_diffusion_norm import experiment
+    from unsloth_diffusion_norm.verify import experiment
 
     run = experiment.build([experiment.Example([10], [20, 21])],
                            record=False, diffusion_noise="global")

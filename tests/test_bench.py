@@ -3,7 +3,7 @@ they belong to the benchmark, not to the tests)."""
 
 import pytest
 
-from unsloth_diffusion_norm import bench
+from unsloth_diffusion_norm.verify import bench
 
 
 def test_bench_reports_every_figure(plugin, tmp_path):

@@ -25,7 +25,7 @@ INSTALL = "pip install 'unsloth>=2026.10.4'"
 
 def blocked(module):
     """The CLI in a process where `import <module>` fails, as it does where the module is missing."""
-    code = f"import sys; sys.modules[{module!r}] = None; from unsloth_diffusion_norm.cli import main; sys.exit(main())"
+    code = f"import sys; sys.modules[{module!r}] = None; from unsloth_diffusion_norm.verify.cli import main; sys.exit(main())"
     return [sys.executable, "-c", code]
 
 
@@ -140,7 +140,8 @@ def test_an_unsupported_unsloth_is_one_line_and_exit_2(capsys):
     from unsloth.models.diffusion_masked import MaskedDiffusionProfile
     from unsloth.models.diffusion_trainer import DiffusionTrainer
 
-    from unsloth_diffusion_norm import cli, registry
+    from unsloth_diffusion_norm import registry
+    from unsloth_diffusion_norm.verify import cli
 
     # A drifted release, in this process: a piece the patch set relies on is gone from the real class.
     native = unsloth_diffusion_norm.apply().mode == registry.NATIVE

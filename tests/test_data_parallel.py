@@ -4,8 +4,8 @@ oracle over all ranks' data with the same masks."""
 
 import pytest
 
-from unsloth_diffusion_norm import data_parallel, oracle
-from unsloth_diffusion_norm.data_parallel import CASES, PLAN
+from unsloth_diffusion_norm.verify import data_parallel, oracle
+from unsloth_diffusion_norm.verify.data_parallel import CASES, PLAN
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_every_rank(results):
 def test_per_sample_noise_is_the_same_in_every_layout(results):
     """1 rank x GA 4, 1 rank x batch 4 (here), 2 ranks x GA 2 (launched): same seed, same global batch,
     so every example gets the same masks on its own tokens - and every window matches the oracle."""
-    from unsloth_diffusion_norm import experiment
+    from unsloth_diffusion_norm.verify import experiment
 
     case = CASES["per-sample-noise"]
     launched = {}

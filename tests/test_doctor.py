@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import cli, registry
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.verify import cli
 
 MODE = unsloth_diffusion_norm.apply().mode
 
@@ -30,7 +31,7 @@ def test_fixed_stack_passes_its_self_check(plugin, capsys):
 
 def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
     env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", "UNSLOTH_DIFFUSION_NORM": "0"}
-    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.cli", "doctor", "--json"],
+    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor", "--json"],
                           capture_output=True, text=True, env=env)
     report = json.loads(done.stdout[done.stdout.index("{"):])
     assert report["mode"] == registry.DISABLED and done.returncode == report["exit"]

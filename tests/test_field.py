@@ -11,7 +11,8 @@ import pytest
 
 import unsloth_diffusion_norm
 from conftest import EXPECTED_MODE
-from unsloth_diffusion_norm import config, oracle, registry, scenarios
+from unsloth_diffusion_norm import config, registry
+from unsloth_diffusion_norm.verify import oracle, scenarios
 
 MODE = unsloth_diffusion_norm.apply().mode
 
@@ -148,7 +149,7 @@ SWITCHED_OFF = """
         import unsloth
     from transformers import HfArgumentParser
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
-    from unsloth_diffusion_norm import experiment
+    from unsloth_diffusion_norm.verify import experiment
     found = {"mode": u.status().mode, "training path": "get_batch_samples" in vars(DiffusionTrainer)}
     (args,) = HfArgumentParser(DiffusionConfig).parse_args_into_dataclasses(
         ["--output_dir", "out", "--diffusion_noise", "per_sample", "--bf16", "False"])
@@ -179,7 +180,7 @@ WITHOUT_WRAPT = """
     import unsloth_diffusion_norm as u
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth
-    from unsloth_diffusion_norm import doctor
+    from unsloth_diffusion_norm.verify import doctor
     status = u.status()
     report = doctor.examine(self_check=False)
     print(json.dumps({"mode": status.mode, "reason": status.reason, "exit": report["exit"],
@@ -242,7 +243,7 @@ TWO_STEPS = ["--max_steps", "2", "--gradient_accumulation_steps", "2", "--per_de
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """A checkpoint directory and a prompt/completion JSON-lines file, as a user has them."""
-    from unsloth_diffusion_norm.tiny_model import words, write_tiny_checkpoint
+    from unsloth_diffusion_norm.verify.tiny_model import words, write_tiny_checkpoint
 
     where = tmp_path_factory.mktemp("example")
     write_tiny_checkpoint(str(where / "checkpoint"))

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import experiment, registry
-from unsloth_diffusion_norm.experiment import Example
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.verify import experiment
+from unsloth_diffusion_norm.verify.experiment import Example
 
 MODE = unsloth_diffusion_norm.apply().mode
 EXAMPLES = [Example([10 + i, 11, 12], list(range(20, 29))) for i in range(8)]  # GA 2: 4 steps

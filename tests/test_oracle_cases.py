@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import experiment
-from unsloth_diffusion_norm.experiment import Example, judge
+from unsloth_diffusion_norm.verify import experiment
+from unsloth_diffusion_norm.verify.experiment import Example, judge
 from unsloth_diffusion_norm.registry import NATIVE
 
 MODE = unsloth_diffusion_norm.apply().mode

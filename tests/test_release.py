@@ -75,6 +75,6 @@ def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_p
                     "doctor's exit 2 for unrecognised internals is tested in test_doctor.py")
 def test_doctor_exits_2_on_a_release_without_masked_diffusion():
     env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1"}
-    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.cli", "doctor"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor"], capture_output=True,
                           text=True, env=env)
     assert done.returncode == 2 and "is not supported" in done.stdout

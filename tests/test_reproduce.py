@@ -1,7 +1,8 @@
 """The reproduction command: its table and exit code (real run, same process)."""
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import cli, registry
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.verify import cli
 
 
 def test_reproduce_prints_the_table_and_succeeds(capsys, plugin):

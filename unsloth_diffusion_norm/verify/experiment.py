@@ -89,7 +89,7 @@ def loaded_first():
 def clean_inputs(batch):
     """A detached CPU copy of what the oracle needs from a micro-batch, whatever else it carries
     (with diffusion_noise="per_sample", the generator seed of each row as "keys")."""
-    from .per_sample import KEYS
+    from ..per_sample import KEYS
 
     keep = ("input_ids", "attention_mask", "labels")
     clean = {k: batch[k].detach().cpu().clone() for k in keep if k in batch}
@@ -365,8 +365,8 @@ def per_micro_batch(settings):
     to unpatch to) or where the run asks for a flag only the plugin provides (per-sample noise)."""
     import contextlib
 
-    from .activation import status, unpatched
-    from .registry import NATIVE
+    from ..activation import status, unpatched
+    from ..registry import NATIVE
 
     if status().mode == NATIVE or settings.get("diffusion_noise") is not None:
         return contextlib.nullcontext(), {**settings, "diffusion_loss_normalization": "microbatch"}

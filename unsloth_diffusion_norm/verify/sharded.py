@@ -1,7 +1,7 @@
 """Sharded data parallel on real processes: FSDP2 through accelerate, DeepSpeed ZeRO-2 and ZeRO-3, each
 launched the way users launch it and judged per rank by the oracle (the runs of `data_parallel`).
 
-    python -m unsloth_diffusion_norm.sharded [--engines fsdp2 zero2 zero3] [--json FILE]
+    python -m unsloth_diffusion_norm.verify.sharded [--engines fsdp2 zero2 zero3] [--json FILE]
 
 | engine | launched with | gradients | judged on every rank |
 |---|---|---|---|
@@ -288,7 +288,7 @@ def main(argv=None):
     parser.add_argument("--json", help="write every rank's results here")
     args = parser.parse_args(argv)
     from . import oracle
-    from .detect import unsloth_version
+    from ..detect import unsloth_version
 
     results = []
     for name in args.engines:

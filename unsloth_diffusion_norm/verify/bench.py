@@ -40,7 +40,7 @@ PLOT_HINT = "pip install 'unsloth-diffusion-norm[bench]'"  # matplotlib is an op
 
 def variants(mode):
     """(label, plugin applied?, DiffusionConfig flags); the first is the baseline of the ratios."""
-    from .registry import NATIVE
+    from ..registry import NATIVE
 
     if mode == NATIVE:
         return [("native (Unsloth's own)", True, {}),
@@ -215,7 +215,7 @@ def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print,
 
 def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
     from . import experiment
-    from .activation import status
+    from ..activation import status
 
     mode = status().mode
     found = {"mode": mode, "unsloth": status().unsloth_version, "quick": quick, "blocks": blocks,

@@ -12,7 +12,7 @@ installed or cannot be imported.
 import time
 from importlib import metadata
 
-from .registry import BROKEN, DISABLED, NATIVE, PATCHED, UNPATCHED, UNSUPPORTED
+from ..registry import BROKEN, DISABLED, NATIVE, PATCHED, UNPATCHED, UNSUPPORTED
 
 PACKAGES = ("unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch")
 FIXED, AFFECTED, NOT_SUPPORTED = 0, 1, 2
@@ -40,7 +40,7 @@ def natively_fixed():
     """Does the installed Unsloth normalize by the window itself (whether or not the plugin is on)?"""
     import importlib
 
-    from . import detect
+    from .. import detect
 
     try:
         modules = [importlib.import_module(f"unsloth.models.diffusion_{m}") for m in ("trainer", "masked", "profiles")]
@@ -52,7 +52,7 @@ def natively_fixed():
 def examine(self_check=True):
     """Everything doctor reports, as a dict (what --json prints)."""
     from . import reproduce
-    from .activation import status
+    from ..activation import status
 
     report = {"versions": versions(), "device": device()}
     state = status()
@@ -113,7 +113,7 @@ def examine(self_check=True):
 def unusable(message, code):
     """The report when doctor cannot look at Unsloth at all (not installed, not importable): what --json
     prints then, with the one line the command line shows on stderr."""
-    from .activation import status
+    from ..activation import status
 
     return {"versions": versions(), "device": None, "mode": status().mode, "verdict": message,
             "error": message, "exit": code}

@@ -1,7 +1,7 @@
 """Training the way users train: realistic DiffusionConfig settings and Trainer uses, each judged by the
 oracle window by window, each beside its per-micro-batch control.
 
-    python -m unsloth_diffusion_norm.scenarios      # prints the table (the README's "In the field")
+    python -m unsloth_diffusion_norm.verify.scenarios      # prints the table (the README's "In the field")
 
 Every scenario is the real DiffusionTrainer through Trainer.train(): gradient clipping, logging every few
 steps, epochs cut by max_steps, streaming data, bf16 autocast, LoRA with padded mixed-length batches,
@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from . import experiment, oracle
-from .activation import unpatched
+from ..activation import unpatched
 from .experiment import Example
 
 ANSWER = list(range(20, 29))  # 9 tokens + EOS

@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 
-from . import __version__
+from .. import __version__
 
 PROG = "unsloth-diffusion-norm"
 DONE, FAILED, USAGE, UNSUPPORTED, NO_UNSLOTH, UNWRITABLE, INTERRUPTED = 0, 1, 2, 2, 3, 4, 130
@@ -171,8 +171,8 @@ def _import_unsloth():
 
 
 def _refuse_unsupported():
-    from .activation import status
-    from .registry import UNSUPPORTED as UNSUPPORTED_MODE
+    from ..activation import status
+    from ..registry import UNSUPPORTED as UNSUPPORTED_MODE
 
     state = status()
     if state.mode == UNSUPPORTED_MODE:
@@ -180,7 +180,7 @@ def _refuse_unsupported():
 
 
 def _status(args):
-    from .activation import status
+    from ..activation import status
 
     _import_unsloth()
     print(status())

@@ -2,8 +2,8 @@
 equal length whose realized mask counts differ) on the tiny model, CPU, a few seconds after imports."""
 
 from . import experiment, oracle
-from .activation import apply, status, unpatch
-from .registry import NATIVE, PATCHED
+from ..activation import apply, status, unpatch
+from ..registry import NATIVE, PATCHED
 
 ANSWER = list(range(20, 32))  # 12 answer tokens + EOS per example
 EXAMPLES = [experiment.Example([10, 11, 12], ANSWER), experiment.Example([13, 14, 15], ANSWER)]

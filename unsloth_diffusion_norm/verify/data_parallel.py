@@ -7,7 +7,7 @@ training the ranks exchange what they saw, and each rank judges its own gradient
 against the oracle over all ranks' data with the same masks. One launch runs many cases, because a
 launch (process start plus `import unsloth`) costs far more than a case.
 
-    python -m unsloth_diffusion_norm.data_parallel [--ranks 2 3] [--json FILE]   # launches, prints the table
+    python -m unsloth_diffusion_norm.verify.data_parallel [--ranks 2 3] [--json FILE]   # launches, prints the table
 """
 
 import argparse
@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from .experiment import Example
-from .registry import NATIVE
+from ..registry import NATIVE
 
 LONG = list(range(20, 32))  # 12 answer tokens + EOS
 SHORT = [20, 21, 22]  # 3 answer tokens + EOS
@@ -330,7 +330,7 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
     from . import sharded
 
     out = tempfile.mkstemp(prefix="udn-ddp-", suffix=".json")[1]
-    module = ["-m", "unsloth_diffusion_norm.data_parallel", "--worker", "--json", out, "--cases", *names]
+    module = ["-m", "unsloth_diffusion_norm.verify.data_parallel", "--worker", "--json", out, "--cases", *names]
     # Unsloth writes its compile cache into the working directory: keep it out of the user's.
     cwd = tempfile.mkdtemp(prefix="udn-ddp-cwd-")
     if engine is not None:
@@ -432,7 +432,7 @@ def main(argv=None):
         launcher, names = PLAN[ranks]
         results += launch(ranks, names, launcher)
     from . import oracle
-    from .detect import unsloth_version
+    from ..detect import unsloth_version
 
     command = {"torchrun": "torchrun", "accelerate": "accelerate launch"}
     launched = ", ".join(f"{ranks} ranks with {command[PLAN[ranks][0]]}" for ranks in args.ranks)
