@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test matrix clean
+.PHONY: setup reproduce test test-fast matrix clean
 
 setup: $(VENV)/.installed
 
@@ -27,6 +27,10 @@ reproduce: setup
 
 test: setup
 	$(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The unit tier alone: no Unsloth imported, seconds.
+test-fast: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 # Every supported Unsloth release (and the oldest transformers / TRL that work), one environment per
 # leg under .matrix/, the whole suite in each; rewrites the README's compatibility table.

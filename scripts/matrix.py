@@ -5,8 +5,9 @@
 Each leg pins an Unsloth release with a transformers / TRL pair (the newest this project develops with,
 or the oldest that release still trains with). A leg's environment lives in .matrix/<leg>/ and is built
 once (torch pinned to the CPU wheel, torchvision removed, the plugin installed from this checkout). The
-suite is the same on every leg (the sharded tier, with DeepSpeed, only on legs marked `sharded`); the
-tests themselves know which mode each release must get. Results go to a JSON file, and the README's compatibility table is written from it, never by hand.
+tests themselves know which mode each release must get; each leg runs the tiers that tell releases apart
+(`Leg.select`, `Leg.paths`). Results go to a JSON file, and the README's compatibility table is written
+from it, never by hand.
 """
 
 import argparse
@@ -29,10 +30,13 @@ class Leg:
     transformers: str
     trl: str
     note: str
-    # The sharded tier (tests/test_sharded.py, ~2.5 min, DeepSpeed installed) runs on few legs: `make test`
-    # covers 2026.10.6 with these transformers / TRL, this leg the native release. Elsewhere it is
-    # deselected (-m "not sharded").
-    sharded: bool = False
+    # Which tiers this leg runs (a pytest -m expression, and paths): the tiers that tell releases apart.
+    # `make test` runs everything on 2026.10.6 / 5.17 / 1.15; the launched-rank tier (multiprocess) runs
+    # again on one leg per other code shape, the DeepSpeed / FSDP2 one (sharded) on the native leg, and our
+    # release-independent tooling checks (once) nowhere else.
+    select: str = "not multiprocess and not once"
+    paths: tuple = ()
+    sharded: bool = False  # install DeepSpeed (the `sharded` extra) into this leg
 
     @property
     def name(self):
@@ -41,13 +45,19 @@ class Leg:
 
 LEGS = [
     Leg("2026.10.3", "5.17.0", "1.13.0", "before masked diffusion: unsupported, nothing patched"),
-    Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape"),
+    Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape, with launched ranks",
+        select="not sharded and not once"),
     Leg("2026.10.4", "4.56.0", "0.18.2", "dense shape, oldest working transformers / TRL"),
-    Leg("2026.10.5", "5.17.0", "1.15.0", "dense cross-entropy shape"),
-    Leg("2026.10.6", "5.17.0", "1.15.0", "chunked cross-entropy shape (the README's `make test`)"),
+    # The same diffusion files as 2026.10.4: recognition, patches and the release as a whole.
+    Leg("2026.10.5", "5.17.0", "1.15.0", "dense shape (files identical to 2026.10.4): recognition and patches",
+        paths=("tests/unit", "tests/integration/test_release.py", "tests/integration/test_activation.py")),
+    Leg("2026.10.6", "5.17.0", "1.15.0", "chunked cross-entropy shape (the README's `make test`: every tier)",
+        select=""),
     Leg("2026.10.6", "4.56.0", "0.18.2", "chunked shape, oldest working transformers / TRL"),
-    Leg("2026.10.9", "5.17.0", "1.15.0", "fixed upstream: native, training path untouched", sharded=True),
+    Leg("2026.10.9", "5.17.0", "1.15.0", "fixed upstream: native, training path untouched; launched and "
+        "sharded ranks", select="not once", sharded=True),
 ]
+# `make test` is the 2026.10.6 / 5.17 / 1.15 leg's own run: CI skips that leg in the matrix (.ci/run --skip).
 
 
 def run(command, log, **kwargs):
@@ -109,8 +119,9 @@ def test(leg, where, log):
     env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1"}
     junit = os.path.join(where, "junit.xml")
     started = time.time()
-    tier = [] if leg.sharded else ["-m", "not sharded"]
-    code = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tier, f"--junitxml={junit}"], log, env=env, cwd=ROOT)
+    tier = ["-m", leg.select] if leg.select else []
+    code = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tier, f"--junitxml={junit}", *leg.paths],
+               log, env=env, cwd=ROOT)
     seconds = time.time() - started
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if os.path.exists(junit):
@@ -156,6 +167,7 @@ def main(argv=None):
     global ARGS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--legs", nargs="+", help="leg names (default: all); see --list")
+    parser.add_argument("--skip", nargs="+", default=[], help="leg names not to run (their saved results stay)")
     parser.add_argument("--list", action="store_true", help="print the legs and exit")
     parser.add_argument("--results", default=os.path.join(ROOT, "matrix", "results.json"))
     parser.add_argument("--readme", help="rewrite the compatibility table in this README from the results")
@@ -169,7 +181,7 @@ def main(argv=None):
     if ARGS.table_only:
         results = json.load(open(ARGS.results))
     else:
-        legs = [leg for leg in LEGS if not ARGS.legs or leg.name in ARGS.legs]
+        legs = [leg for leg in LEGS if (not ARGS.legs or leg.name in ARGS.legs) and leg.name not in ARGS.skip]
         results, started = [], time.time()
         for leg in legs:
             where = os.path.join(ROOT, ".matrix", leg.name)
@@ -189,7 +201,7 @@ def main(argv=None):
                   f"({round(time.time() - t)} s; log {os.path.relpath(log, ROOT)})", flush=True)
             results.append(result)
         print(f"matrix: {len(results)} legs in {round(time.time() - started)} s")
-        if ARGS.legs and os.path.exists(ARGS.results):  # a partial run updates its legs only
+        if (ARGS.legs or ARGS.skip) and os.path.exists(ARGS.results):  # a partial run updates its legs only
             fresh = {r["name"]: r for r in results}
             saved = [r for r in json.load(open(ARGS.results)) if r["name"] in {leg.name for leg in LEGS}]
             results = [fresh.pop(r["name"], r) for r in saved] + list(fresh.values())

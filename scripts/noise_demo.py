@@ -20,7 +20,7 @@ import unsloth_diffusion_norm  # noqa: E402 - before unsloth, as users do
 with contextlib.redirect_stdout(io.StringIO()):
     import unsloth  # noqa: E402,F401
 from unsloth_diffusion_norm.verify import data_parallel, experiment  # noqa: E402
-from unsloth_diffusion_norm.verify.experiment import Example  # noqa: E402
+from unsloth_diffusion_norm.verify.fixtures import Example  # noqa: E402
 
 EXAMPLES = [Example([10 + i, 11, 12], list(range(20, 29))) for i in range(8)]  # GA 2: 4 steps
 

@@ -53,7 +53,7 @@ def variants(mode):
 def examples(vocab, prompt, answer, n, seed=0):
     import torch
 
-    from .experiment import Example
+    from .fixtures import Example
 
     generator = torch.Generator().manual_seed(seed)
     draw = lambda k: torch.randint(3, vocab, (k,), generator=generator).tolist()  # noqa: E731 - not special ids
@@ -214,7 +214,7 @@ def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print,
 
 
 def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
-    from . import experiment
+    from . import fixtures
     from ..activation import status
 
     mode = status().mode
@@ -225,7 +225,7 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
     runs, total = 0, len(models) * blocks * len(GRADIENT_ACCUMULATION) * len(variants(mode))
     for name in models:
         overrides, prompt, answer = MODELS[name]
-        checkpoint = experiment.tiny_checkpoint() if not overrides else experiment.write_tiny_checkpoint(
+        checkpoint = fixtures.tiny_checkpoint() if not overrides else fixtures.write_tiny_checkpoint(
             os.path.join(workdir, name), **overrides)
         vocab = overrides.get("vocab_size", 97)
         data = examples(vocab, prompt, answer, max(GRADIENT_ACCUMULATION) * (steps + 1))

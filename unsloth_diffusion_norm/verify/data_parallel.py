@@ -17,9 +17,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-from .experiment import Example
+from .fixtures import Example
 from ..registry import NATIVE
 
 LONG = list(range(20, 32))  # 12 answer tokens + EOS
@@ -52,7 +52,7 @@ class Case:
     # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
     resume_at: int = None
     diffusion_noise: str = None  # the per-run noise flag
-    lora: str = None  # experiment.load_model's LoRA variant
+    lora: str = None  # fixtures.load_model's LoRA variant
     seed: int = 3  # realized counts differ between micro-batches and between ranks
 
     def examples(self):
@@ -195,7 +195,7 @@ def run_case(name, case, engine=None):
 
     import unsloth_diffusion_norm
 
-    from . import experiment, oracle, sharded
+    from . import experiment, judging, oracle, sharded
 
     unsloth_diffusion_norm.apply()
     if case.unsloth_ga_trainer:
@@ -242,7 +242,7 @@ def run_case(name, case, engine=None):
     dist.all_gather_object(seen, [(w.batches, w.rng_state) for w in run.windows])
     rank_local = not case.average_tokens_across_devices
     verdicts = [
-        experiment.judge(run, window, ranks=[r[i] for r in seen], rank_local=rank_local)
+        judging.judge(run, window, ranks=[r[i] for r in seen], rank_local=rank_local)
         for i, window in enumerate(run.windows)
     ]
     result = RankResult(
@@ -250,11 +250,11 @@ def run_case(name, case, engine=None):
         rank=rank,
         ranks=world,
         counts=[
-            [[int(m.masked.sum()) for m in experiment.realized(*r[i])] for r in seen] for i in range(len(run.windows))
+            [[int(m.masked.sum()) for m in judging.realized(*r[i])] for r in seen] for i in range(len(run.windows))
         ],
-        noise_levels=[experiment.noise_levels(*window) for window in seen[rank]],
+        noise_levels=[judging.noise_levels(*window) for window in seen[rank]],
         sample_masks=(
-            {str(k): v for k, v in experiment.masks_by_sample(seen[rank]).items()}
+            {str(k): v for k, v in judging.masks_by_sample(seen[rank]).items()}
             if case.diffusion_noise == "per_sample" else None
         ),
         logged_loss=[w.logged_loss for w in run.windows],
@@ -276,7 +276,7 @@ def run_case(name, case, engine=None):
         dist.all_gather_object(everyone, evaluated)
         model = run.reference_model
         model.load_state_dict(trainer.model.state_dict())
-        result.eval_reference = experiment.expected_evaluation_loss(model, [s for r in everyone for s in r])
+        result.eval_reference = judging.expected_evaluation_loss(model, [s for r in everyone for s in r])
         result.worst = max(
             result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
         )

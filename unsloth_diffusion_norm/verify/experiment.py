@@ -1,4 +1,5 @@
-"""Run the real DiffusionTrainer on the tiny model, record what each window did, and judge it by the oracle.
+"""Run the real DiffusionTrainer on the tiny model and record what each window did (`judging` then holds
+each window against the oracle).
 
 Shared by `reproduce`, the tests and the scripts. Nothing here imitates Unsloth or Trainer: the run is
 `Trainer.train()`, and a callback plus a pass-through view of `get_batch_samples` record the window's
@@ -15,75 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import oracle
-from .tiny_model import EOS_ID, MASK_ID, write_tiny_checkpoint
-
-LEARNING_RATE = 0.1
-
-
-@dataclass
-class Example:
-    prompt: list
-    answer: list  # supervised tokens; the EOS that closes the answer is added unless eos=False
-    eos: bool = True
-
-    def row(self):
-        answer = self.answer + ([EOS_ID] if self.eos else [])
-        return {
-            "input_ids": self.prompt + answer,
-            "completion_mask": [0] * len(self.prompt) + [1] * len(answer),
-        }
-
-
-def tiny_checkpoint():
-    """A tiny checkpoint in a fresh temporary directory, written once per process and temporary directory:
-    the command line points tempfile at a scratch directory of its own and removes it afterwards."""
-    where = tempfile.gettempdir()
-    if where not in _CHECKPOINTS:
-        _CHECKPOINTS[where] = write_tiny_checkpoint(os.path.join(tempfile.mkdtemp(prefix="udn-"), "tiny"))
-    return _CHECKPOINTS[where]
-
-
-_CHECKPOINTS = {}
-
-
-def load_model(lora=None, checkpoint=None):
-    """The tiny model, full fine-tuning (lora=None) or LoRA on attention and MLP with the output head
-    frozen (lora="frozen-head": fused-head loss path) or trained as a saved module (lora="saved-head":
-    the head is no plain nn.Linear any more, so the loss takes the dense-logit path)."""
-    from unsloth import FastModel
-
-    model, tokenizer = FastModel.from_pretrained(
-        checkpoint or tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": "cpu"}
-    )
-    if lora is not None:
-        extra = {"modules_to_save": ["diffusion_head"]} if lora == "saved-head" else {}
-        model = FastModel.get_peft_model(
-            model, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], random_state=0, **extra
-        )
-        generator = torch.Generator().manual_seed(1)
-        for name, param in model.named_parameters():
-            if "lora_B" in name:  # LoRA starts at B=0, where A gets no gradient; move off it
-                torch.nn.init.normal_(param, std=0.02, generator=generator)
-    return model, tokenizer
-
-
-@contextlib.contextmanager
-def loaded_first():
-    """Models loaded here are plain modules, as in a script that loads its model before it builds its
-    training arguments - also while arguments with a DeepSpeed ZeRO-3 config from an earlier run are
-    alive (transformers would build the model partitioned under deepspeed.zero.Init, and refuses the
-    device_map Unsloth's loader is given). ZeRO-3 partitions the plain model when its engine is built."""
-    try:
-        from transformers.integrations import deepspeed as hf_deepspeed
-    except ImportError:  # transformers without the integration: nothing to switch off
-        yield
-        return
-    alive = hf_deepspeed._hf_deepspeed_config_weak_ref
-    hf_deepspeed.unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        hf_deepspeed._hf_deepspeed_config_weak_ref = alive
+from .fixtures import LEARNING_RATE, load_model, loaded_first
 
 
 def clean_inputs(batch):
@@ -273,54 +206,8 @@ def build(
     return run
 
 
-@dataclass
-class Verdict:
-    """One window judged by the oracle. Errors are absolute; `worst` is the largest error/tolerance."""
-
-    reference_loss: float
-    logged_loss: float
-    counts: list
-    loss_error: float
-    grad_error: float
-    param_error: float
-    worst: float
-
-    @property
-    def ok(self):
-        return self.worst <= 1.0
 
 
-def judge(run, record, eps=1e-3, inverse_t=True, learning_rate=LEARNING_RATE, ranks=None, rank_local=False,
-          max_grad_norm=0.0, precision="fp32"):
-    """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
-    `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses).
-    `max_grad_norm`: the run clips, so the reference gradient is clipped the way torch clips.
-    `precision`: which of the oracle's tolerances applies (the run's compute precision).
-    A window that logged no loss of its own (logging_steps > 1) is judged on gradients and parameters."""
-    model = run.reference_model
-    model.load_state_dict(record.state_before)
-    ranks = ranks or [(record.batches, record.rng_state)]
-    masks = [oracle.replay_noise(batches, state, eps, EOS_ID) for batches, state in ranks]
-    reference = oracle.data_parallel_reference(model, masks, MASK_ID, inverse_t, rank_local)
-    grads = oracle.clip_gradients(reference.grads, max_grad_norm) if max_grad_norm else reference.grads
-    before = dict(model.named_parameters())
-    ratios, grad_error, param_error = [], 0.0, 0.0
-    for name, ref in grads.items():
-        got = record.grads[name]
-        error = oracle.max_error(got, ref)
-        grad_error = max(grad_error, error)
-        ratios.append(error / oracle.tolerance(ref, precision))
-        expected = before[name].detach() - learning_rate * ref
-        error = oracle.max_error(record.params_after[name], expected)
-        param_error = max(param_error, error)
-        ratios.append(error / oracle.tolerance(expected, precision))
-    loss_error = None
-    if record.logged_loss is not None:
-        loss_error = abs(record.logged_loss - reference.loss)
-        ratios.append(loss_error / oracle.tolerance(reference.loss, precision))
-    return Verdict(
-        reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
-    )
 
 
 def evaluate(trainer, seed=1234):
@@ -342,13 +229,6 @@ def evaluate(trainer, seed=1234):
     return loss, seen
 
 
-def expected_evaluation_loss(model, seen, eps=1e-3):
-    """The oracle's evaluation loss: each batch by its own masked count (no window), averaged."""
-    losses = [
-        oracle.evaluation_losses(model, oracle.replay_noise([batch], state, eps, EOS_ID), MASK_ID)[0]
-        for state, batch in seen
-    ]
-    return sum(losses) / len(losses)
 
 
 def train_per_micro_batch(examples, **kwargs):
@@ -399,24 +279,7 @@ def train_and_resume(examples, at, workdir=None, **kwargs):
     return Resumed(full, resumed, at)
 
 
-def realized(batches, rng_state, eps=1e-3):
-    """The masks a window drew, replayed by the oracle (exact: the trainer's gradients match them)."""
-    return oracle.replay_noise(batches, rng_state, eps, EOS_ID)
 
 
-def masks_by_sample(windows):
-    """{generator seed: (the example's own tokens, which of them were masked)} over (batches, rng state)
-    windows run with diffusion_noise="per_sample"; padding is left out, as it depends on the layout."""
-    found = {}
-    for batches, state in windows:
-        for batch, masks in zip(batches, realized(batches, state)):
-            attention = batch.get("attention_mask")
-            for row, key in enumerate(batch["keys"]):
-                own = slice(None) if attention is None else attention[row].bool()
-                found[key] = (masks.tokens[row][own].tolist(), masks.masked[row][own].tolist())
-    return found
 
 
-def noise_levels(batches, rng_state, eps=1e-3):
-    """p_mask of every row of every micro-batch of a window: the noise level each example got."""
-    return [masks.p_mask[:, 0].tolist() for masks in realized(batches, rng_state, eps)]

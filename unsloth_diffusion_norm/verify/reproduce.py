@@ -1,17 +1,17 @@
 """The before / after / reference table: one optimizer step (batch 1, accumulation 2, two answers of
 equal length whose realized mask counts differ) on the tiny model, CPU, a few seconds after imports."""
 
-from . import experiment, oracle
+from . import experiment, fixtures, judging, oracle
 from ..activation import apply, status, unpatch
 from ..registry import NATIVE, PATCHED
 
 ANSWER = list(range(20, 32))  # 12 answer tokens + EOS per example
-EXAMPLES = [experiment.Example([10, 11, 12], ANSWER), experiment.Example([13, 14, 15], ANSWER)]
+EXAMPLES = [fixtures.Example([10, 11, 12], ANSWER), fixtures.Example([13, 14, 15], ANSWER)]
 
 
 def measure(seed):
     run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed)
-    return experiment.judge(run, run.windows[0])
+    return judging.judge(run, run.windows[0])
 
 
 def table(seed=0):

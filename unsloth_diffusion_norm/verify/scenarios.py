@@ -15,9 +15,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from . import experiment, oracle
+from . import experiment, judging, oracle
 from ..activation import unpatched
-from .experiment import Example
+from .fixtures import Example
 
 ANSWER = list(range(20, 29))  # 9 tokens + EOS
 
@@ -139,7 +139,7 @@ def examine(name, scenario):
     judged = scenario.judged
     runs = drive(scenario)
     logged = _take_logged_means(runs, scenario)
-    verdicts = [experiment.judge(run, window, **judged) for run in runs for window in run.windows]
+    verdicts = [judging.judge(run, window, **judged) for run in runs for window in run.windows]
     outcome = Outcome(name, [v.counts for v in verdicts], max(v.worst for v in verdicts), 0.0, True)
     if logged:
         outcome.logged_mean_error = max(
@@ -151,7 +151,7 @@ def examine(name, scenario):
         outcome.eval_error = _evaluation_error(runs[0])
     controls = drive(scenario, control=True)
     _take_logged_means(controls, scenario)
-    judged_controls = [experiment.judge(run, window, **judged) for run in controls for window in run.windows]
+    judged_controls = [judging.judge(run, window, **judged) for run in controls for window in run.windows]
     outcome.control_counts_equal = [v.counts for v in judged_controls] == outcome.counts
     unequal = [c for v, c in zip(verdicts, judged_controls) if len(v.counts) > 1 and len(set(v.counts)) > 1]
     outcome.unequal_windows = len(unequal)
@@ -178,7 +178,7 @@ def _evaluation_error(run):
     loss, seen = experiment.evaluate(trainer)
     model = run.reference_model
     model.load_state_dict(trainer.model.state_dict())
-    expected = experiment.expected_evaluation_loss(model, seen)
+    expected = judging.expected_evaluation_loss(model, seen)
     return abs(loss - expected) / oracle.tolerance(expected)
 
 

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm.verify import experiment
-from unsloth_diffusion_norm.verify.experiment import Example, judge
+from unsloth_diffusion_norm.verify import experiment, fixtures, judging, oracle
+from unsloth_diffusion_norm.verify.fixtures import Example
+from unsloth_diffusion_norm.verify.judging import judge
 from unsloth_diffusion_norm.registry import NATIVE
 
 MODE = unsloth_diffusion_norm.apply().mode
@@ -64,7 +65,7 @@ def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
     for verdict, control in zip(verdicts, controls):
         assert control.counts == verdict.counts  # same seed, same masks
         if len(verdict.counts) > 1 and len(set(verdict.counts)) > 1:
-            assert control.worst > experiment.oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
+            assert control.worst > oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
 
 
 @pytest.mark.parametrize("case", ["seed-0", "partial-last-window-ga3-over-5", "batch-2-right-padding",
@@ -155,19 +156,19 @@ def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stac
     model = run.reference_model
     model.load_state_dict(run.windows[0].state_before)
     for window in run.windows:
-        masks = experiment.oracle.replay_noise(window.batches, window.rng_state, 1e-3, experiment.EOS_ID)
-        reference = experiment.oracle.window_reference(model, masks, experiment.MASK_ID)
+        masks = oracle.replay_noise(window.batches, window.rng_state, 1e-3, fixtures.EOS_ID)
+        reference = oracle.window_reference(model, masks, fixtures.MASK_ID)
         with torch.no_grad():
             for name, param in model.named_parameters():
-                param -= experiment.LEARNING_RATE * reference.grads[name]
+                param -= fixtures.LEARNING_RATE * reference.grads[name]
     final = dict(model.named_parameters())
     trajectory_error = max(
-        experiment.oracle.max_error(run.windows[-1].params_after[n], final[n]) for n in final
+        oracle.max_error(run.windows[-1].params_after[n], final[n]) for n in final
     )
     print(f"parameter error after 3 updates vs the oracle trajectory: {trajectory_error:.3e}")
     assert all(
-        experiment.oracle.max_error(run.windows[-1].params_after[n], final[n])
-        <= experiment.oracle.tolerance(final[n])
+        oracle.max_error(run.windows[-1].params_after[n], final[n])
+        <= oracle.tolerance(final[n])
         for n in final
     )
 
@@ -175,8 +176,8 @@ def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stac
     trainer = run.trainer
     ours, seen = experiment.evaluate(trainer)
     model.load_state_dict(trainer.model.state_dict())
-    expected = experiment.expected_evaluation_loss(model, seen)
-    assert abs(ours - expected) <= experiment.oracle.tolerance(expected)
+    expected = judging.expected_evaluation_loss(model, seen)
+    assert abs(ours - expected) <= oracle.tolerance(expected)
     unsloth_diffusion_norm.unpatch()
     try:
         theirs, _ = experiment.evaluate(trainer)

@@ -212,6 +212,7 @@ def quick_bench(tmp_path_factory):
                            places=(cwd, tmp), outdir=out)
 
 
+@pytest.mark.once  # our own tooling, the same on every release
 def test_quick_bench_reports_every_figure_and_says_it_is_a_smoke_run(quick_bench):
     assert quick_bench.code == 0, "\n".join(line for _, line in quick_bench.err[-40:])
     out = quick_bench.out
@@ -225,6 +226,7 @@ def test_quick_bench_reports_every_figure_and_says_it_is_a_smoke_run(quick_bench
     assert all(r["spread"] is not None and r["samples"] == 2 for r in found["rows"])
 
 
+@pytest.mark.once  # our own tooling, the same on every release
 def test_quick_bench_says_how_to_get_the_plot_without_matplotlib(quick_bench):
     hint = "pip install 'unsloth-diffusion-norm[bench]'"
     assert f"plot: not drawn: matplotlib is not installed ({hint} adds it)" in quick_bench.out
@@ -232,6 +234,7 @@ def test_quick_bench_says_how_to_get_the_plot_without_matplotlib(quick_bench):
     assert os.listdir(quick_bench.outdir) == ["bench.json"]
 
 
+@pytest.mark.once  # our own tooling, the same on every release
 def test_quick_bench_is_never_silent_for_long(quick_bench):
     times = [t for t, line in quick_bench.err if line.startswith("bench [")]
     assert len(times) >= 18  # at least a line per training run
@@ -239,10 +242,12 @@ def test_quick_bench_is_never_silent_for_long(quick_bench):
     assert max(gaps) < 20, gaps  # a line at least every 10 s, with room for a loaded machine
 
 
+@pytest.mark.once  # our own tooling, the same on every release
 def test_quick_bench_leaves_nothing_behind(quick_bench):
     assert quick_bench.code == 0 and left_behind(quick_bench.places) == {}
 
 
+@pytest.mark.once  # our own tooling, the same on every release
 def test_ctrl_c_in_bench_removes_every_temporary_file(places):
     cwd, tmp = places
     child = subprocess.Popen([*CLI, "bench", "--quick"], cwd=cwd,

@@ -6,6 +6,7 @@ import pytest
 from unsloth_diffusion_norm.verify import bench
 
 
+@pytest.mark.once  # our own tooling, the same on every release
 def test_bench_reports_every_figure(plugin, tmp_path):
     found = bench.run(blocks=1, steps=1, models=("tiny",), plot=str(tmp_path / "bench.png"), ddp=False,
                       log=lambda line: None)

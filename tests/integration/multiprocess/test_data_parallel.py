@@ -7,6 +7,8 @@ import pytest
 from unsloth_diffusion_norm.verify import data_parallel, oracle
 from unsloth_diffusion_norm.verify.data_parallel import CASES, PLAN
 
+pytestmark = pytest.mark.multiprocess
+
 
 @pytest.fixture(scope="module")
 def results():
@@ -87,7 +89,7 @@ def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_every_rank(results):
 def test_per_sample_noise_is_the_same_in_every_layout(results):
     """1 rank x GA 4, 1 rank x batch 4 (here), 2 ranks x GA 2 (launched): same seed, same global batch,
     so every example gets the same masks on its own tokens - and every window matches the oracle."""
-    from unsloth_diffusion_norm.verify import experiment
+    from unsloth_diffusion_norm.verify import experiment, judging
 
     case = CASES["per-sample-noise"]
     launched = {}
@@ -97,8 +99,8 @@ def test_per_sample_noise_is_the_same_in_every_layout(results):
     for name, shape in {"1 rank x GA 4": dict(gradient_accumulation_steps=4), "1 rank x batch 4": dict(
             gradient_accumulation_steps=1, batch_size=4)}.items():
         run = experiment.train(case.examples(), seed=case.seed, diffusion_noise="per_sample", **shape)
-        assert all(experiment.judge(run, window).ok for window in run.windows), name
-        found = experiment.masks_by_sample([(w.batches, w.rng_state) for w in run.windows])
+        assert all(judging.judge(run, window).ok for window in run.windows), name
+        found = judging.masks_by_sample([(w.batches, w.rng_state) for w in run.windows])
         layouts[name] = {key: [list(tokens), list(masked)] for key, (tokens, masked) in found.items()}
     reference = layouts.pop("2 ranks x GA 2")
     assert len(reference) == len(case.examples())

@@ -2,32 +2,23 @@
 
 import os
 
-os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")  # CPU-only host: needed by `import unsloth`
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+import unsloth_diffusion_norm  # noqa: F401 - before unsloth, the documented order
+from unsloth_diffusion_norm.verify import fixtures
+
+for name, value in fixtures.CPU_ENVIRONMENT.items():
+    os.environ.setdefault(name, value)
 
 import pytest  # noqa: E402
-
-import unsloth_diffusion_norm  # noqa: E402,F401 - before unsloth, the documented order
 import unsloth  # noqa: E402,F401
+
 from unsloth_diffusion_norm import registry  # noqa: E402
-from unsloth_diffusion_norm.detect import unsloth_version  # noqa: E402
 
-
-def expected_mode(version):
-    """What the plugin must make of each release (the tests may know versions; the plugin may not)."""
-    release = tuple(int(part) for part in version.split(".")[:3])
-    if release < (2026, 10, 4):
-        return registry.UNSUPPORTED  # no masked-diffusion profiles
-    if release <= (2026, 10, 6):
-        return registry.PATCHED
-    return registry.NATIVE
-
-
-EXPECTED_MODE = expected_mode(unsloth_version())
+EXPECTED_MODE = fixtures.expected_mode()
 if EXPECTED_MODE == registry.UNSUPPORTED:
     # Nothing to train on such a release: only the tests about the release as a whole apply.
-    collect_ignore = [n for n in os.listdir(os.path.dirname(__file__)) if n.startswith("test_") and n != "test_release.py"]
+    collect_ignore = ["multiprocess"] + [
+        n for n in os.listdir(os.path.dirname(__file__)) if n.startswith("test_") and n != "test_release.py"
+    ]
 
 
 # Parametrized at session scope so pytest runs every stock case first, then installs Unsloth's

@@ -8,8 +8,10 @@ import sys
 import pytest
 
 import unsloth_diffusion_norm
-from conftest import EXPECTED_MODE
 from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.verify.fixtures import expected_mode
+
+EXPECTED_MODE = expected_mode()
 
 
 def _python(code, **env):

@@ -8,7 +8,7 @@ import pytest
 from unsloth_diffusion_norm.verify import sharded
 from unsloth_diffusion_norm.verify.sharded import CASES, ENGINES
 
-pytestmark = pytest.mark.sharded
+pytestmark = [pytest.mark.multiprocess, pytest.mark.sharded]
 
 CONTROL_FACTOR = 100  # the unpatched control must miss by more than this many tolerances
 

@@ -5,8 +5,8 @@ import torch
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify import experiment
-from unsloth_diffusion_norm.verify.experiment import Example
+from unsloth_diffusion_norm.verify import experiment, judging
+from unsloth_diffusion_norm.verify.fixtures import Example
 
 MODE = unsloth_diffusion_norm.apply().mode
 EXAMPLES = [Example([10 + i, 11, 12], list(range(20, 29))) for i in range(8)]  # GA 2: 4 steps
@@ -25,7 +25,7 @@ def test_resumed_run_is_bitwise_the_uninterrupted_one(plugin, normalization):
     assert (len(runs.full.windows), len(runs.resumed.windows)) == (4, 2)
     assert runs.difference == 0.0
     if normalization is None:  # and the resumed steps are the oracle's, like any other
-        assert all(experiment.judge(runs.resumed, window).ok for window in runs.resumed.windows)
+        assert all(judging.judge(runs.resumed, window).ok for window in runs.resumed.windows)
 
 
 @pytest.mark.parametrize("normalization", [None, "microbatch"])
@@ -37,10 +37,10 @@ def test_per_sample_resume_is_bitwise_on_every_release(plugin, normalization):
 
 def test_per_sample_noise_differs_between_examples_and_seeds(plugin):
     first = experiment.train(EXAMPLES, seed=0, diffusion_noise="per_sample")
-    levels = [t for w in first.windows for batch in experiment.noise_levels(w.batches, w.rng_state) for t in batch]
+    levels = [t for w in first.windows for batch in judging.noise_levels(w.batches, w.rng_state) for t in batch]
     assert len(set(levels)) == len(levels) == len(EXAMPLES)
     other = experiment.train(EXAMPLES, seed=1, diffusion_noise="per_sample")
-    others = [t for w in other.windows for batch in experiment.noise_levels(w.batches, w.rng_state) for t in batch]
+    others = [t for w in other.windows for batch in judging.noise_levels(w.batches, w.rng_state) for t in batch]
     assert not set(levels) & set(others)
 
 

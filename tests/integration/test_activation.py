@@ -106,15 +106,15 @@ def test_config_field_validates_and_round_trips(plugin, tmp_path):
 def test_window_flag_on_a_non_masked_profile_is_refused_at_construction(plugin, tmp_path):
     from datasets import Dataset
 
-    from unsloth_diffusion_norm.verify import experiment
+    from unsloth_diffusion_norm.verify import fixtures
 
     block = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
-    model, tokenizer = experiment.load_model()
+    model, tokenizer = fixtures.load_model()
     args = DiffusionConfig(
         output_dir=str(tmp_path), diffusion_loss_normalization="window", bf16=False, use_cpu=True,
         report_to=[], max_length=None,
     )
-    data = Dataset.from_list([experiment.Example([10], [20]).row()])
+    data = Dataset.from_list([fixtures.Example([10], [20]).row()])
     with pytest.raises(ValueError, match="window normalization is implemented for the masked-diffusion"):
         DiffusionTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                          diffusion_profile=block)
@@ -166,9 +166,9 @@ def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
 
 @native_only
 def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
-    from unsloth_diffusion_norm.verify import experiment
+    from unsloth_diffusion_norm.verify import experiment, fixtures
 
-    run = experiment.build([experiment.Example([10], [20, 21])],
+    run = experiment.build([fixtures.Example([10], [20, 21])],
                            record=False, diffusion_noise="global")
     trainer = run.trainer
     own = [name for name, _ in unsloth_diffusion_norm.status().patches if name.startswith("DiffusionTrainer at ")]

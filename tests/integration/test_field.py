@@ -10,11 +10,12 @@ import textwrap
 import pytest
 
 import unsloth_diffusion_norm
-from conftest import EXPECTED_MODE
+from unsloth_diffusion_norm.verify.fixtures import expected_mode
 from unsloth_diffusion_norm import config, registry
 from unsloth_diffusion_norm.verify import oracle, scenarios
 
 MODE = unsloth_diffusion_norm.apply().mode
+EXPECTED_MODE = expected_mode()
 
 
 # --- the flags through the parsers users configure runs with -----------------------------------------
@@ -149,15 +150,15 @@ SWITCHED_OFF = """
         import unsloth
     from transformers import HfArgumentParser
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
-    from unsloth_diffusion_norm.verify import experiment
+    from unsloth_diffusion_norm.verify import experiment, fixtures
     found = {"mode": u.status().mode, "training path": "get_batch_samples" in vars(DiffusionTrainer)}
     (args,) = HfArgumentParser(DiffusionConfig).parse_args_into_dataclasses(
         ["--output_dir", "out", "--diffusion_noise", "per_sample", "--bf16", "False"])
     found["parsed"] = args.diffusion_noise
     with contextlib.redirect_stdout(io.StringIO()):
-        experiment.build([experiment.Example([10], [20, 21])], record=False)  # no flag: trains as the release
+        experiment.build([fixtures.Example([10], [20, 21])], record=False)  # no flag: trains as the release
         try:
-            experiment.build([experiment.Example([10], [20, 21])], record=False, diffusion_noise="per_sample")
+            experiment.build([fixtures.Example([10], [20, 21])], record=False, diffusion_noise="per_sample")
             found["refused"] = None
         except ValueError as error:
             found["refused"] = str(error)
@@ -235,7 +236,8 @@ def test_unpatched_context_manager_restores_what_was_there(plugin):
 
 # --- the example script users copy, run as they run it ------------------------------------------------
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "train.py")
 TWO_STEPS = ["--max_steps", "2", "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "1",
              "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true"]
 

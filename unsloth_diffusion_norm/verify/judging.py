@@ -1,0 +1,89 @@
+"""One recorded window against the oracle: the logged loss, every gradient and every parameter after the
+optimizer step, each within the oracle's tolerance - and the masks each window drew, replayed."""
+
+from dataclasses import dataclass
+
+from . import oracle
+from .fixtures import EOS_ID, EPS, LEARNING_RATE, MASK_ID
+
+@dataclass
+class Verdict:
+    """One window judged by the oracle. Errors are absolute; `worst` is the largest error/tolerance."""
+
+    reference_loss: float
+    logged_loss: float
+    counts: list
+    loss_error: float
+    grad_error: float
+    param_error: float
+    worst: float
+
+    @property
+    def ok(self):
+        return self.worst <= 1.0
+
+
+def judge(run, record, eps=EPS, inverse_t=True, learning_rate=LEARNING_RATE, ranks=None, rank_local=False,
+          max_grad_norm=0.0, precision="fp32"):
+    """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
+    `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses).
+    `max_grad_norm`: the run clips, so the reference gradient is clipped the way torch clips.
+    `precision`: which of the oracle's tolerances applies (the run's compute precision).
+    A window that logged no loss of its own (logging_steps > 1) is judged on gradients and parameters."""
+    model = run.reference_model
+    model.load_state_dict(record.state_before)
+    ranks = ranks or [(record.batches, record.rng_state)]
+    masks = [oracle.replay_noise(batches, state, eps, EOS_ID) for batches, state in ranks]
+    reference = oracle.data_parallel_reference(model, masks, MASK_ID, inverse_t, rank_local)
+    grads = oracle.clip_gradients(reference.grads, max_grad_norm) if max_grad_norm else reference.grads
+    before = dict(model.named_parameters())
+    ratios, grad_error, param_error = [], 0.0, 0.0
+    for name, ref in grads.items():
+        got = record.grads[name]
+        error = oracle.max_error(got, ref)
+        grad_error = max(grad_error, error)
+        ratios.append(error / oracle.tolerance(ref, precision))
+        expected = before[name].detach() - learning_rate * ref
+        error = oracle.max_error(record.params_after[name], expected)
+        param_error = max(param_error, error)
+        ratios.append(error / oracle.tolerance(expected, precision))
+    loss_error = None
+    if record.logged_loss is not None:
+        loss_error = abs(record.logged_loss - reference.loss)
+        ratios.append(loss_error / oracle.tolerance(reference.loss, precision))
+    return Verdict(
+        reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
+    )
+
+
+def expected_evaluation_loss(model, seen, eps=EPS):
+    """The oracle's evaluation loss: each batch by its own masked count (no window), averaged."""
+    losses = [
+        oracle.evaluation_losses(model, oracle.replay_noise([batch], state, eps, EOS_ID), MASK_ID)[0]
+        for state, batch in seen
+    ]
+    return sum(losses) / len(losses)
+
+
+def realized(batches, rng_state, eps=EPS):
+    """The masks a window drew, replayed by the oracle (exact: the trainer's gradients match them)."""
+    return oracle.replay_noise(batches, rng_state, eps, EOS_ID)
+
+
+def masks_by_sample(windows):
+    """{generator seed: (the example's own tokens, which of them were masked)} over (batches, rng state)
+    windows run with diffusion_noise="per_sample"; padding is left out, as it depends on the layout."""
+    found = {}
+    for batches, state in windows:
+        for batch, masks in zip(batches, realized(batches, state)):
+            attention = batch.get("attention_mask")
+            for row, key in enumerate(batch["keys"]):
+                own = slice(None) if attention is None else attention[row].bool()
+                found[key] = (masks.tokens[row][own].tolist(), masks.masked[row][own].tolist())
+    return found
+
+
+def noise_levels(batches, rng_state, eps=EPS):
+    """p_mask of every row of every micro-batch of a window: the noise level each example got."""
+    return [masks.p_mask[:, 0].tolist() for masks in realized(batches, rng_state, eps)]
+
