@@ -12,7 +12,7 @@ import pytest
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm.verify.fixtures import expected_mode
 from unsloth_diffusion_norm import config, registry
-from unsloth_diffusion_norm.verify import oracle, scenarios
+from unsloth_diffusion_norm.verify import fixtures, oracle, scenarios
 
 MODE = unsloth_diffusion_norm.apply().mode
 EXPECTED_MODE = expected_mode()
@@ -126,7 +126,7 @@ def test_bf16_tolerance_is_justified_by_the_ga1_floor(outcomes):
 def _python(code, cwd, **env):
     """Run `code` in a fresh interpreter (in `cwd`: Unsloth writes its compile cache there); its last
     stdout line is JSON."""
-    environment = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", **env}
+    environment = {**os.environ, **fixtures.CPU_ENVIRONMENT, **env}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=environment, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -258,7 +258,7 @@ def _example(workdir, output, *argv):
     done = subprocess.run(
         [sys.executable, EXAMPLE, *argv, "--model_name_or_path", "checkpoint", "--dataset_name", "data.jsonl",
          "--output_dir", output, *TWO_STEPS],
-        capture_output=True, text=True, cwd=workdir, env={**os.environ, "UNSLOTH_ALLOW_CPU": "1"},
+        capture_output=True, text=True, cwd=workdir, env={**os.environ, **fixtures.CPU_ENVIRONMENT},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((workdir / output / "trainer_state.json").read_text())

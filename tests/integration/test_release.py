@@ -9,13 +9,13 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify.fixtures import expected_mode
+from unsloth_diffusion_norm.verify.fixtures import CPU_ENVIRONMENT, expected_mode
 
 EXPECTED_MODE = expected_mode()
 
 
 def _python(code, **env):
-    environment = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", **env}
+    environment = {**os.environ, **CPU_ENVIRONMENT, **env}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1], result.stderr
@@ -76,7 +76,7 @@ def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_p
 @pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
                     "doctor's exit 2 for unrecognised internals is tested in test_doctor.py")
 def test_doctor_exits_2_on_a_release_without_masked_diffusion():
-    env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1"}
+    env = {**os.environ, **CPU_ENVIRONMENT}
     done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor"], capture_output=True,
                           text=True, env=env)
     assert done.returncode == 2 and "is not supported" in done.stdout

@@ -27,6 +27,8 @@ import tempfile
 import threading
 import time
 
+from . import tables
+
 GRADIENT_ACCUMULATION = (1, 4, 8)
 MODELS = {
     # name: (config overrides, prompt length, answer length)
@@ -65,25 +67,6 @@ def _rss_kib(field):
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-class StepClock:
-    """Times between consecutive optimizer-step ends (fetch, noise, forward, backward, optimizer)."""
-
-    def __init__(self):
-        self.ends = []
-
-    def attach(self, trainer):
-        from transformers import TrainerCallback
-
-        clock = self
-
-        class Clock(TrainerCallback):
-            def on_step_end(self, args, state, control, **kw):
-                clock.ends.append(time.perf_counter())
-
-        trainer.add_callback(Clock())
-
-    def steps(self):
-        return [b - a for a, b in zip(self.ends, self.ends[1:])]  # the first step is warm-up
 
 
 class Progress:
@@ -132,10 +115,10 @@ def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
     """One Trainer.train() of `steps` + 1 optimizer steps; (step seconds, peak KiB, peak above start)."""
     import unsloth_diffusion_norm
 
-    from . import experiment
+    from . import experiment, instruments
 
     (unsloth_diffusion_norm.apply if applied else unsloth_diffusion_norm.unpatch)()
-    clock = StepClock()
+    clock = instruments.StepClock()
     where = {} if output_dir is None else {"output_dir": output_dir}
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -301,15 +284,14 @@ def render(found):
         f"of each block dropped",
         *([QUICK_LABEL.format(**found)] if found.get("quick") else []),
         "",
-        "| model | GA | variant | step time (ms) | ratio to first variant | peak RSS (MiB) | peak above start (MiB) | peak vs GA 1 |",
-        "|---|---|---|---|---|---|---|---|",
     ]
     ga1 = {(r["model"], r["variant"]): r["peak_mib"] for r in found["rows"] if r["ga"] == 1}
-    for r in found["rows"]:
-        lines.append(
-            f"| {r['model']} | {r['ga']} | {r['variant']} | {r['step_ms']:.1f} | {r['ratio']:.3f} | "
-            f"{r['peak_mib']:.0f} | {r['above_mib']:.1f} | {r['peak_mib'] / ga1[(r['model'], r['variant'])]:.3f} |"
-        )
+    lines += tables.markdown(
+        ["model", "GA", "variant", "step time (ms)", "ratio to first variant", "peak RSS (MiB)",
+         "peak above start (MiB)", "peak vs GA 1"],
+        [[r["model"], r["ga"], r["variant"], f"{r['step_ms']:.1f}", f"{r['ratio']:.3f}", f"{r['peak_mib']:.0f}",
+          f"{r['above_mib']:.1f}", f"{r['peak_mib'] / ga1[(r['model'], r['variant'])]:.3f}"] for r in found["rows"]],
+    )
     note = noise_note(found)
     lines += [
         *(["", note] if note else []),

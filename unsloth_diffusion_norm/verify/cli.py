@@ -104,10 +104,10 @@ def _parser():
 
 
 def _quiet_imports():
-    # CPU-only hosts need this for `import unsloth`; the plugin itself never sets it.
-    os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    from .fixtures import CPU_ENVIRONMENT  # our own runs' environment; the plugin itself never sets it
+
+    for name, value in CPU_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bars
     import logging
 

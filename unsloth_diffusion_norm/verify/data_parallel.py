@@ -19,20 +19,16 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
-from .fixtures import Example
+from . import fixtures, tables
 from ..registry import NATIVE
+from .fixtures import LONG, SHORT, answers, unsupervised
+from .instruments import CollectiveCounter
 
-LONG = list(range(20, 32))  # 12 answer tokens + EOS
-SHORT = [20, 21, 22]  # 3 answer tokens + EOS
 EVAL_SEED = 1234
 
 
-def answers(tokens, n, first_prompt=10):
-    return [Example([first_prompt + i, 11], list(tokens)) for i in range(n)]
 
 
-def unsupervised(n):
-    return [Example([10 + i, 11, 12], [], eos=False) for i in range(n)]
 
 
 @dataclass
@@ -86,80 +82,10 @@ CASES = {
     ),
 }
 
-# A collective issued by the library code while a window is fetched or trained on. DDP's gradient
-# all-reduce runs inside its C++ reducer and logging's loss gather runs outside the step: neither counts.
-# Nor do a sharding engine's own parameter and gradient collectives (issued from these packages).
-ENGINE_PACKAGES = ("torch.distributed.fsdp", "torch.distributed.tensor", "deepspeed")
-COLLECTIVES = (
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_object",
-    "all_reduce",
-    "broadcast",
-    "reduce",
-    "reduce_scatter_tensor",
-    "all_to_all_single",
-    "barrier",
-)
 
 
-class CollectiveCounter:
-    """Counts torch.distributed collectives per window: from each get_batch_samples call to the next."""
-
-    def __init__(self):
-        self.per_window = []
-        self.active = False
-        self.originals = {}
-        self.trainer = None
-
-    def attach(self, trainer):
-        """Count for this trainer (a later one replaces an earlier one, e.g. when a run is resumed)."""
-        import torch.distributed as dist
-
-        self.trainer, self.per_window = trainer, []
-        if not self.originals:
-            for name in COLLECTIVES:
-                self.originals[name] = original = getattr(dist, name)
-                setattr(dist, name, self._counted(original))
-        for method in ("get_batch_samples", "training_step"):
-            setattr(trainer, method, self._active(getattr(trainer, method), new_window=method == "get_batch_samples"))
-
-    def detach(self):
-        import torch.distributed as dist
-
-        for name, original in self.originals.items():
-            setattr(dist, name, original)
-        for method in ("training_step",):  # get_batch_samples stays the recorder's view
-            if self.trainer is not None:
-                self.trainer.__dict__.pop(method, None)
-
-    def _counted(self, original):
-        def collective(*pos, **kw):
-            if self.active and not _from_engine(sys._getframe(1)):
-                self.per_window[-1] += 1
-            return original(*pos, **kw)
-
-        return collective
-
-    def _active(self, method, new_window):
-        def view(*pos, **kw):
-            if new_window:
-                self.per_window.append(0)
-            self.active = True
-            try:
-                return method(*pos, **kw)
-            finally:
-                self.active = False
-
-        return view
 
 
-def _from_engine(frame):
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(ENGINE_PACKAGES):
-            return True
-        frame = frame.f_back
-    return False
 
 
 @dataclass
@@ -347,10 +273,8 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
         raise ValueError(f"launcher must be one of {LAUNCHERS}, not {launcher!r}")
     env = {
         **os.environ,
-        "UNSLOTH_ALLOW_CPU": "1",  # CPU-only host: needed by `import unsloth`
+        **fixtures.CPU_ENVIRONMENT,
         "OMP_NUM_THREADS": "1",  # several ranks share few cores
-        "TRANSFORMERS_VERBOSITY": "error",
-        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
         "PYTHONWARNINGS": "ignore",
         **(sharded.environment(engine) if engine is not None else {}),
     }
@@ -371,11 +295,10 @@ def render(results):
     by_case = {}
     for r in results:
         by_case.setdefault(r["case"], []).append(r)
-    header = (
-        "| case | ranks | masked tokens per micro-batch, by rank (windows split by /) | loss | reference | "
-        "max grad error per rank | max param error | worst / tol | count collectives per window | within tolerance |"
-    )
-    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    header = ["case", "ranks", "masked tokens per micro-batch, by rank (windows split by /)", "loss", "reference",
+              "max grad error per rank", "max param error", "worst / tol", "count collectives per window",
+              "within tolerance"]
+    table = []
     for name, rows in by_case.items():
         rows.sort(key=lambda r: r["rank"])
         first = rows[0]
@@ -387,22 +310,21 @@ def render(results):
         worst = max(r["worst"] for r in rows)
         collectives = sorted({tuple(r["collectives"]) for r in rows})
         ok = all(r["ok"] for r in rows)
-        lines.append(
-            f"| {name} | {first['ranks']} | {counts} | {loss} | {reference} | {grads} | {params:.1e} | "
-            f"{worst:.3g} | {' '.join(map(str, collectives[0])) if len(collectives) == 1 else collectives} | "
-            f"{'yes' if ok else 'NO'} |"
-        )
+        table.append([name, first["ranks"], counts, loss, reference, grads, f"{params:.1e}", f"{worst:.3g}",
+                      " ".join(map(str, collectives[0])) if len(collectives) == 1 else collectives,
+                      "yes" if ok else "NO"])
+    lines = tables.markdown(header, table)
     resumed = [r for r in results if r.get("resume_difference") is not None]
     if resumed:
-        lines += ["", "| case | rank | max abs parameter difference, resumed vs uninterrupted run |", "|---|---|---|"]
-        lines += [f"| {r['case']} | {r['rank']} | {r['resume_difference']:.3g} |" for r in resumed]
+        lines += ["", *tables.markdown(
+            ["case", "rank", "max abs parameter difference, resumed vs uninterrupted run"],
+            [[r["case"], r["rank"], f"{r['resume_difference']:.3g}"] for r in resumed])]
     evaluated = [r for r in results if r.get("eval_loss") is not None and r["rank"] == 0]
     if evaluated:
-        lines.append("")
-        lines.append("| case | eval loss (rank 0) | oracle | unpatched release |")
-        lines.append("|---|---|---|---|")
-        for r in evaluated:
-            lines.append(f"| {r['case']} | {r['eval_loss']:.6f} | {r['eval_reference']:.6f} | {r['eval_unpatched']:.6f} |")
+        lines += ["", *tables.markdown(
+            ["case", "eval loss (rank 0)", "oracle", "unpatched release"],
+            [[r["case"], f"{r['eval_loss']:.6f}", f"{r['eval_reference']:.6f}", f"{r['eval_unpatched']:.6f}"]
+             for r in evaluated])]
     return "\n".join(lines)
 
 

@@ -1,12 +1,11 @@
 """What every proof run starts from: examples, the tiny checkpoint and its loader, the settings and the
-CPU environment of our own runs - each defined here once."""
+CPU environment of our own runs - each defined here once. Imports neither torch nor Unsloth (the command
+line reads it before it knows whether they are installed)."""
 
 import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
-
-import torch
 
 from .tiny_model import EOS_ID, MASK_ID, write_tiny_checkpoint  # noqa: F401 - the ids are part of this room's vocabulary
 
@@ -65,6 +64,7 @@ def load_model(lora=None, checkpoint=None):
     """The tiny model, full fine-tuning (lora=None) or LoRA on attention and MLP with the output head
     frozen (lora="frozen-head": fused-head loss path) or trained as a saved module (lora="saved-head":
     the head is no plain nn.Linear any more, so the loss takes the dense-logit path)."""
+    import torch
     from unsloth import FastModel
 
     model, tokenizer = FastModel.from_pretrained(

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from . import experiment, judging, oracle
+from . import experiment, judging, oracle, tables
 from ..activation import unpatched
 from .fixtures import Example
 
@@ -187,11 +187,9 @@ def examine_all(names=None):
 
 
 def render(outcomes):
-    lines = [
-        "| configuration | masked tokens per micro-batch, by window | plugin: worst error / tolerance | "
-        "per-micro-batch control: worst error / tolerance (windows with unequal counts) |",
-        "|---|---|---|---|",
-    ]
+    header = ["configuration", "masked tokens per micro-batch, by window", "plugin: worst error / tolerance",
+              "per-micro-batch control: worst error / tolerance (windows with unequal counts)"]
+    rows = []
     for o in outcomes:
         extra = []
         if o.logged_mean_error is not None:
@@ -201,8 +199,8 @@ def render(outcomes):
         worst = f"{o.worst:.3g}" + (f" ({', '.join(extra)})" if extra else "")
         control = f"{o.control_worst:.3g} ({o.unequal_windows})" if o.unequal_windows else "— (no unequal window)"
         counts = " / ".join(" ".join(map(str, c)) for c in o.counts)
-        lines.append(f"| {o.name} | {counts} | {worst} | {control} |")
-    return "\n".join(lines)
+        rows.append([o.name, counts, worst, control])
+    return "\n".join(tables.markdown(header, rows))
 
 
 def main():

@@ -27,9 +27,10 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
-from . import data_parallel
+from . import data_parallel, tables
 from .data_parallel import CASES as DDP_CASES
-from .data_parallel import LONG, SHORT, Case, answers
+from .data_parallel import Case
+from .fixtures import LONG, SHORT, answers
 
 # The tiny model's decoder layer: each is its own FSDP unit, as accelerate's transformer policy does it.
 LAYER = "DecoderLayer"
@@ -256,13 +257,11 @@ def summary(results):
     cell = {}
     for r in results:
         cell.setdefault((r["case"], r["engine"]), {})[r["rank"]] = r["worst"]
-    lines = ["| case | " + " | ".join(engines) + " |", "|---|" + "---|" * len(engines)]
-    for case in CASES:
-        if not any((case, e) in cell for e in engines):
-            continue
-        row = [" ".join(f"r{k} {v:.3g}" for k, v in sorted(cell.get((case, e), {}).items())) or "-" for e in engines]
-        lines.append(f"| {case} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+    rows = [
+        [case] + [" ".join(f"r{k} {v:.3g}" for k, v in sorted(cell.get((case, e), {}).items())) or "-" for e in engines]
+        for case in CASES if any((case, e) in cell for e in engines)
+    ]
+    return "\n".join(tables.markdown(["case", *engines], rows))
 
 
 def render(results):
