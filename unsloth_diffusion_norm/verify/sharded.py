@@ -45,7 +45,7 @@ fsdp_config:
   fsdp_version: 2
   fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
   fsdp_transformer_layer_cls_to_wrap: {LAYER}
-  # FULL_STATE_DICT fails on CPU inside accelerate / safetensors, for any model (not ours)
+  # FULL_STATE_DICT fails on CPU when the Trainer saves (safetensors: "invalid python storage"), any model
   fsdp_state_dict_type: SHARDED_STATE_DICT
   fsdp_reshard_after_forward: true
   fsdp_cpu_ram_efficient_loading: false
@@ -55,7 +55,7 @@ fsdp_config:
 
 def zero_config(stage):
     """The DeepSpeed config: "auto" values are filled in from the training arguments by transformers
-    (so gradient_accumulation_steps follows each case). No "train_batch_size": it broke use_cpu=False."""
+    (so gradient_accumulation_steps follows each case)."""
     return {
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": "auto",
