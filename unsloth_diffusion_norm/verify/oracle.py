@@ -16,7 +16,7 @@ import torch.nn.functional as F
 # atol + rtol·max|reference|. fp32: measured ~4e-6 on embedding gradients of magnitude 3-9.
 ATOL, RTOL = 1e-6, 1e-5
 # bf16 autocast (Unsloth's default precision): a GA=1 run, where the per-micro-batch and the window
-# normalization are the same formula, sets the floor; see tests/test_field.py for the measurement.
+# normalization are the same formula, sets the floor; see tests/integration/test_field.py for the measurement.
 BF16_ATOL, BF16_RTOL = 1e-4, 3e-2
 TOLERANCES = {"fp32": (ATOL, RTOL), "bf16": (BF16_ATOL, BF16_RTOL)}
 # A per-micro-batch control must miss the oracle by more than this many tolerances wherever a window's
