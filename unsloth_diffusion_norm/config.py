@@ -31,7 +31,7 @@ def validate(value, field=FIELD):
     choices = FIELDS[field][0]
     if value not in choices:
         named = " or ".join(f"{c!r}" for c in choices if c is not None)
-        raise ValueError(f"{field} must be {named} or None (the default), got {value!r}.")
+        raise ValueError(f"unsloth_diffusion_norm: {field} must be {named} or None (the default), got {value!r}.")
     return value
 
 

@@ -15,7 +15,7 @@ WEIGHTINGS = ("inverse_t", "none", None)
 def check_weighting(profile, args):
     weighting = profile.option(args, "diffusion_time_weighting")
     if weighting not in WEIGHTINGS:
-        raise ValueError(
+        raise ValueError(  # the release's own message, word for word: the patched path refuses what it refuses
             f"Unsloth: {profile.name} does not support diffusion_time_weighting={weighting!r}."
         )
     return weighting

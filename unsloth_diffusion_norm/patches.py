@@ -130,7 +130,7 @@ def _patched_trainer_init(release, wrapped, trainer, pos, kwargs):
             config.MASKED_TOKENS, config.GLOBAL_MASKED_TOKENS
         ):
             raise ValueError(
-                f"{config.NOISE_FIELD}='per_sample' with {profile.name!r}'s own "
+                f"unsloth_diffusion_norm: {config.NOISE_FIELD}='per_sample' with {profile.name!r}'s own "
                 f"{profile.loss_normalization!r} normalization is not available on this release; "
                 f"set {config.FIELD}='window' or leave {config.NOISE_FIELD} at None."
             )
@@ -239,13 +239,13 @@ def _check_flags(trainer, MaskedDiffusionProfile):
         return
     if config.effective(profile, args) == config.WINDOW:
         raise ValueError(
-            f"{config.FIELD}={getattr(args, config.FIELD)!r}: window normalization is implemented for the "
+            f"unsloth_diffusion_norm: {config.FIELD}={getattr(args, config.FIELD)!r}: window normalization is implemented for the "
             f"masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
             f"Use None or 'microbatch'."
         )
     if getattr(args, config.NOISE_FIELD, None) is not None:
         raise ValueError(
-            f"{config.NOISE_FIELD}={getattr(args, config.NOISE_FIELD)!r} is implemented for the "
+            f"unsloth_diffusion_norm: {config.NOISE_FIELD}={getattr(args, config.NOISE_FIELD)!r} is implemented for the "
             f"masked-diffusion profiles, not for {profile.name!r}. Leave it at None."
         )
 
@@ -258,7 +258,7 @@ def _refuse_flags(release, wrapped, trainer, pos, kwargs):
     asked = ", ".join(f"{field}={value!r}" for field, value in asked.items() if value is not None)
     if asked:
         raise ValueError(
-            f"unsloth_diffusion_norm is turned off ({release.disabled_by}), so {asked} cannot be honoured. "
+            f"unsloth_diffusion_norm: the plugin is turned off ({release.disabled_by}), so {asked} cannot be honoured. "
             f"Unset UNSLOTH_DIFFUSION_NORM (or set it to 1) to use the flag, or leave the flag at None."
         )
 

@@ -44,6 +44,25 @@ def plugin():
 
 @pytest.fixture
 def unpatched():
+    with unsloth_diffusion_norm.unpatched() as status:
+        yield status
+
+
+@pytest.fixture
+def drifted():
+    """A drifted release: one piece this mode's patch set relies on, removed from the real class (nothing
+    patched meanwhile); yields (owner, piece, saved). Afterwards the piece and the patches are back."""
+    from unsloth.models.diffusion_masked import MaskedDiffusionProfile
+    from unsloth.models.diffusion_trainer import DiffusionTrainer
+
+    mode = unsloth_diffusion_norm.apply().mode
+    owner, piece = (DiffusionTrainer, "_uses_global_masked_tokens") if mode == registry.NATIVE else (
+        MaskedDiffusionProfile, "_token_ids")
     unsloth_diffusion_norm.unpatch()
-    yield
-    unsloth_diffusion_norm.apply()
+    saved = vars(owner)[piece]
+    delattr(owner, piece)
+    try:
+        yield owner, piece, saved
+    finally:
+        setattr(owner, piece, saved)
+        unsloth_diffusion_norm.apply()

@@ -120,32 +120,23 @@ def test_window_flag_on_a_non_masked_profile_is_refused_at_construction(plugin, 
                          diffusion_profile=block)
 
 
-# One piece each patch set relies on, removed from the real class to make a drifted shape.
-DRIFT = {
-    registry.PATCHED: (MaskedDiffusionProfile, "_token_ids"),
-    registry.NATIVE: (DiffusionTrainer, "_uses_global_masked_tokens"),
-}
-
-
-def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched():
-    owner, piece = DRIFT[MODE]
-    unsloth_diffusion_norm.unpatch()
+def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched(drifted):
+    owner, piece, saved = drifted
     before = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
-    saved = vars(owner)[piece]
-    delattr(owner, piece)
-    try:
-        with pytest.raises(RuntimeError, match=rf"Unsloth 2026\.\d+\.\d+: .*{owner.__name__}\.{piece}"):
-            unsloth_diffusion_norm.apply()
-        status = unsloth_diffusion_norm.status()
-        assert status.mode == registry.UNSUPPORTED and piece in status.reason and status.patches == ()
-        setattr(owner, piece, saved)
-        after = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
-        assert after == before  # all or nothing: not one piece was patched
-    finally:
-        setattr(owner, piece, saved)
-        registry.STATE.mode = registry.PENDING
+    with pytest.raises(RuntimeError, match=rf"Unsloth 2026\.\d+\.\d+: .*{owner.__name__}\.{piece}"):
         unsloth_diffusion_norm.apply()
-    assert unsloth_diffusion_norm.status().mode == MODE
+    status = unsloth_diffusion_norm.status()
+    assert status.mode == registry.UNSUPPORTED and piece in status.reason and status.patches == ()
+    after = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
+    assert after == before  # all or nothing: not one piece was patched
+
+
+def test_after_a_drift_is_mended_apply_patches_again(drifted):
+    owner, piece, saved = drifted
+    with pytest.raises(RuntimeError):
+        unsloth_diffusion_norm.apply()
+    setattr(owner, piece, saved)
+    assert unsloth_diffusion_norm.apply().mode == MODE
 
 
 def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):

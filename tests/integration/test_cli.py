@@ -136,32 +136,17 @@ def test_an_unimportable_unsloth_is_one_line_and_exit_3(places):
     assert left_behind(places) == {}
 
 
-def test_an_unsupported_unsloth_is_one_line_and_exit_2(capsys):
-    from unsloth.models.diffusion_masked import MaskedDiffusionProfile
-    from unsloth.models.diffusion_trainer import DiffusionTrainer
-
-    from unsloth_diffusion_norm import registry
+def test_an_unsupported_unsloth_is_one_line_and_exit_2(capsys, drifted):
     from unsloth_diffusion_norm.verify import cli
 
-    # A drifted release, in this process: a piece the patch set relies on is gone from the real class.
-    native = unsloth_diffusion_norm.apply().mode == registry.NATIVE
-    owner, piece = (DiffusionTrainer, "_uses_global_masked_tokens") if native else (MaskedDiffusionProfile, "_token_ids")
-    unsloth_diffusion_norm.unpatch()
-    saved = vars(owner)[piece]
-    delattr(owner, piece)
-    try:
-        with pytest.raises(RuntimeError):
-            unsloth_diffusion_norm.apply()
-        for args in (["reproduce"], ["bench", "--quick"]):
-            assert cli.main(args) == 2
-            captured = capsys.readouterr()
-            last = captured.err.strip().splitlines()[-1]
-            assert last.startswith(f"{PROG} {args[0]}: Unsloth ") and "is not supported" in last
-            assert captured.out == ""
-    finally:
-        setattr(owner, piece, saved)
-        registry.STATE.mode = registry.PENDING
+    with pytest.raises(RuntimeError):
         unsloth_diffusion_norm.apply()
+    for args in (["reproduce"], ["bench", "--quick"]):
+        assert cli.main(args) == 2
+        captured = capsys.readouterr()
+        last = captured.err.strip().splitlines()[-1]
+        assert last.startswith(f"{PROG} {args[0]}: Unsloth ") and "is not supported" in last
+        assert captured.out == ""
 
 
 # --- real runs: only the report on stdout, nothing left behind ---

@@ -42,23 +42,9 @@ def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows
         assert report["self_check"]["worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
 
 
-def test_unrecognised_internals_exit_2_without_a_self_check(capsys):
-    from unsloth.models.diffusion_masked import MaskedDiffusionProfile
-    from unsloth.models.diffusion_trainer import DiffusionTrainer
-
-    # A drifted release: a piece this mode's patch set relies on is gone from the real class.
-    owner, piece = (DiffusionTrainer, "_uses_global_masked_tokens") if MODE == registry.NATIVE else (
-        MaskedDiffusionProfile, "_token_ids")
-    unsloth_diffusion_norm.unpatch()
-    saved = vars(owner)[piece]
-    delattr(owner, piece)
-    try:
-        with pytest.raises(RuntimeError):
-            unsloth_diffusion_norm.apply()
-        report = doctor_json(capsys)
-        assert report["exit"] == 2 and report["mode"] == registry.UNSUPPORTED and "self_check" not in report
-        assert "not supported" in report["verdict"]
-    finally:
-        setattr(owner, piece, saved)
-        registry.STATE.mode = registry.PENDING
+def test_unrecognised_internals_exit_2_without_a_self_check(capsys, drifted):
+    with pytest.raises(RuntimeError):
         unsloth_diffusion_norm.apply()
+    report = doctor_json(capsys)
+    assert report["exit"] == 2 and report["mode"] == registry.UNSUPPORTED and "self_check" not in report
+    assert "not supported" in report["verdict"]

@@ -6,10 +6,10 @@ import torch
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.verify import experiment, judging
-from unsloth_diffusion_norm.verify.fixtures import Example
+from unsloth_diffusion_norm.verify.fixtures import equal_answers
 
 MODE = unsloth_diffusion_norm.apply().mode
-EXAMPLES = [Example([10 + i, 11, 12], list(range(20, 29))) for i in range(8)]  # GA 2: 4 steps
+EXAMPLES = equal_answers(8)  # GA 2: 4 steps
 
 
 # Resume-exact global draws: the default where the plugin patches, an opt-in on 2026.10.7+ (which draws

@@ -6,18 +6,11 @@ import torch
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm.verify import experiment, fixtures, judging, oracle
-from unsloth_diffusion_norm.verify.fixtures import Example
+from unsloth_diffusion_norm.verify.fixtures import Example, equal_answers
 from unsloth_diffusion_norm.verify.judging import judge
 from unsloth_diffusion_norm.registry import NATIVE
 
 MODE = unsloth_diffusion_norm.apply().mode
-
-ANSWER = list(range(20, 29))  # 9 tokens + EOS: equal-length answers
-
-
-def equal_answers(n):
-    return [Example([10 + i, 11, 12], ANSWER) for i in range(n)]
-
 
 def padded_batch_examples():
     lengths = [3, 9, 5, 7]  # batch 2, right padding: the EOS tail of the shorter row is maskable
@@ -118,11 +111,8 @@ def test_ga1_control_old_and_new_agree_bitwise(plugin, trainer_stack):
 def test_microbatch_flag_reproduces_the_old_run_bitwise(trainer_stack):
     unsloth_diffusion_norm.apply()
     old_way = experiment.train(equal_answers(4), seed=1, diffusion_loss_normalization="microbatch")
-    unsloth_diffusion_norm.unpatch()
-    try:
+    with unsloth_diffusion_norm.unpatched():
         stock = experiment.train(equal_answers(4), seed=1)
-    finally:
-        unsloth_diffusion_norm.apply()
     for ours, theirs in zip(old_way.windows, stock.windows):
         assert ours.logged_loss == theirs.logged_loss
         assert all(torch.equal(ours.params_after[n], theirs.params_after[n]) for n in ours.params_after)
@@ -133,12 +123,10 @@ def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack):
 
     dream = next(p for p in diffusion_profiles() if p.name == "dream")
     results = []
-    for patched in (True, False):
-        (unsloth_diffusion_norm.apply if patched else unsloth_diffusion_norm.unpatch)()
-        try:
-            results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))
-        finally:
-            unsloth_diffusion_norm.apply()
+    unsloth_diffusion_norm.apply()
+    results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))
+    with unsloth_diffusion_norm.unpatched():
+        results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))
     ours, theirs = results
     for a, b in zip(ours.windows, theirs.windows):
         assert a.logged_loss == b.logged_loss
@@ -178,9 +166,6 @@ def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stac
     model.load_state_dict(trainer.model.state_dict())
     expected = judging.expected_evaluation_loss(model, seen)
     assert abs(ours - expected) <= oracle.tolerance(expected)
-    unsloth_diffusion_norm.unpatch()
-    try:
+    with unsloth_diffusion_norm.unpatched():
         theirs, _ = experiment.evaluate(trainer)
-    finally:
-        unsloth_diffusion_norm.apply()
     assert ours == theirs

@@ -22,12 +22,6 @@ from unsloth_diffusion_norm.window import counting_rule
 def test_counting_rule_for_parallel_layouts(average, processes, layout, expected):
     config = None if layout is None else ParallelismConfig(**layout)
     assert counting_rule(average, processes, processes, config) == expected
-    replicas, _ = expected
-    if replicas is not None and config is not None:
-        # Each data shard's count appears once per replica in the gather: dividing counts it once.
-        shards = [7, 11, 3, 5][: processes // replicas]
-        gathered = [count for count in shards for _ in range(replicas)]
-        assert sum(gathered) // replicas == sum(shards)
 
 
 @pytest.mark.parametrize("layout", [dict(dp_shard_size=2, tp_size=2), dict(dp_replicate_size=2, dp_shard_size=2, tp_size=2)])

@@ -206,11 +206,8 @@ def run_case(name, case, engine=None):
         result.worst = max(
             result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
         )
-        unsloth_diffusion_norm.unpatch()
-        try:
+        with unsloth_diffusion_norm.unpatched():
             result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
-        finally:
-            unsloth_diffusion_norm.apply()
     result.ok = result.worst <= 1.0
     return result
 

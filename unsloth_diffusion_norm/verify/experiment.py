@@ -101,6 +101,14 @@ def train(examples, before_train=None, resume_from_checkpoint=None, **settings):
     return run
 
 
+def _own_precision(settings):
+    """transformers 4.56's arguments write their precision to ACCELERATE_MIXED_PRECISION and a later fp32
+    run reads it back (measured: a bf16 run's autocast carried into the next fp32 run of the process); a
+    run here asks for its own. transformers 5.x reads the variable without writing it."""
+    if not (settings.get("bf16") or settings.get("fp16")):
+        os.environ["ACCELERATE_MIXED_PRECISION"] = "no"
+
+
 def build(
     examples,
     gradient_accumulation_steps=2,
@@ -155,7 +163,9 @@ def build(
         use_cpu=True,
         completion_only_loss=True,
     )
-    args = DiffusionConfig(**{**settings, **config})
+    settings = {**settings, **config}
+    _own_precision(settings)
+    args = DiffusionConfig(**settings)
     train_dataset = Dataset.from_list([e.row() for e in examples])
     if streaming:
         train_dataset = train_dataset.to_iterable_dataset()  # read in order, no length

@@ -2,11 +2,10 @@
 equal length whose realized mask counts differ) on the tiny model, CPU, a few seconds after imports."""
 
 from . import experiment, fixtures, judging, oracle
-from ..activation import apply, status, unpatch
+from ..activation import apply, status, unpatched
 from ..registry import NATIVE, PATCHED
 
-ANSWER = list(range(20, 32))  # 12 answer tokens + EOS per example
-EXAMPLES = [fixtures.Example([10, 11, 12], ANSWER), fixtures.Example([13, 14, 15], ANSWER)]
+EXAMPLES = [fixtures.Example([10, 11, 12], fixtures.LONG), fixtures.Example([13, 14, 15], fixtures.LONG)]
 
 
 def measure(seed):
@@ -19,9 +18,8 @@ def table(seed=0):
     mode = apply().mode if status().mode != NATIVE else NATIVE
     columns = {}
     if mode == PATCHED:
-        unpatch()
-        columns["unpatched"] = measure(seed)
-        apply()
+        with unpatched():
+            columns["unpatched"] = measure(seed)
         columns["plugin"] = measure(seed)
         columns["upstream-native"] = None
     elif mode == NATIVE:

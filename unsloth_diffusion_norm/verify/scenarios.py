@@ -17,17 +17,7 @@ from dataclasses import dataclass, field
 
 from . import experiment, judging, oracle, tables
 from ..activation import unpatched
-from .fixtures import Example
-
-ANSWER = list(range(20, 29))  # 9 tokens + EOS
-
-
-def equal_answers(n):
-    return [Example([10 + i, 11, 12], ANSWER) for i in range(n)]
-
-
-def mixed_answers(n):
-    return [Example([10 + i, 11], list(range(30, 33 + 2 * (i % 4)))) for i in range(n)]
+from .fixtures import equal_answers, mixed_answers
 
 
 def _ignore(outputs, labels, num_items_in_batch=None):
