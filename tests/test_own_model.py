@@ -208,8 +208,11 @@ def test_a_directory_that_is_no_checkpoint_is_refused_before_unsloth_is_imported
 
 
 def test_set_needs_model_and_key_value(tmp_path):
-    assert "--set is for the tiny copy of --model DIR" in one_line(run(["doctor", "--set", "a=1"], tmp_path).stderr)
-    done = run(["doctor", "--model", "x", "--set", "novalue"], tmp_path / "..")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    done = run(["doctor", "--set", "a=1"], tmp_path / "a")
+    assert done.returncode == 2 and "--set is for the tiny copy of --model DIR" in one_line(done.stderr)
+    done = run(["doctor", "--model", "x", "--set", "novalue"], tmp_path / "b")
     assert done.returncode == 2 and "expected key=value, not 'novalue'" in one_line(done.stderr)
 
 
