@@ -1,9 +1,9 @@
 """`unsloth-diffusion-norm`: reproduce (before / after / reference table), status, doctor, bench.
 
 Exit status, every command: 0 done (doctor, reproduce: the fix holds here); 1 doctor, reproduce: this stack
-is affected and not fixed, or the check failed; 2 a bad command line, or an Unsloth release the plugin does
-not support; 3 Unsloth is not installed or cannot be imported; 4 an output file could not be written;
-130 interrupted. An error is one line on stderr; `doctor --json` prints its JSON report whatever happens.
+is affected and not fixed, or the check failed; 2 a bad command line, a `--model DIR` the self-check cannot
+run on, or an Unsloth release the plugin does not support; 3 Unsloth is not installed or cannot be imported;
+4 an output file could not be written; 130 interrupted. An error is one line on stderr; `doctor --json` prints its JSON report whatever happens.
 """
 
 import argparse
@@ -70,6 +70,24 @@ def _writable(text):
     return text
 
 
+def _setting(text):
+    from .own_model import parse_setting
+
+    try:
+        return parse_setting(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _own_model_options(command):
+    command.add_argument("--model", metavar="DIR",
+                         help="run the self-check on a tiny random copy of this local checkpoint's architecture, "
+                         "built from its own remote code (its weights are never read; nothing is downloaded)")
+    command.add_argument("--set", action="append", type=_setting, default=[], metavar="KEY=VALUE",
+                         help="with --model: set a key of the tiny copy's config (a JSON value), for a size key "
+                         "the shrink does not know; repeatable")
+
+
 def _parser():
     installed = "Unsloth not installed"
     with contextlib.suppress(Exception):
@@ -81,13 +99,16 @@ def _parser():
     commands = parser.add_subparsers(dest="command", required=True)
     reproduce = commands.add_parser("reproduce", help="before / after / reference table on a tiny model (CPU)")
     reproduce.add_argument("--seed", type=_seed, default=0, help="training seed (decides the noise)")
+    _own_model_options(reproduce)
     commands.add_parser("status", help="print what the plugin did to the installed Unsloth")
     doctor = commands.add_parser(
         "doctor", help="is this stack affected, is the fix live, and a self-check against the oracle",
         description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
-        "fixed, or self-check failed; 2 unsupported Unsloth; 3 Unsloth not installed or not importable.",
+        "fixed, or self-check failed; 2 unsupported Unsloth, or a --model DIR the self-check cannot run on; "
+        "3 Unsloth not installed or not importable.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (always, also on errors)")
+    _own_model_options(doctor)
     bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
     bench.add_argument("--quick", action="store_true",
                        help="smoke run of every figure in about a minute (tiny model, 2 blocks of 1 step); "
@@ -198,15 +219,32 @@ def _finite(value):
     return value
 
 
+def _own_model(args):
+    """--model DIR read before Unsloth's import (the cheap refusals come in a moment); --set needs --model."""
+    from .own_model import Refused, read
+
+    if args.set and not args.model:
+        raise Failure("--set is for the tiny copy of --model DIR; give --model too", USAGE)
+    if args.model:
+        try:
+            read(args.model)
+        except Refused as refused:
+            raise Failure(str(refused), USAGE) from None
+
+
 def _doctor(args):
     from . import doctor
+    from .own_model import Refused
 
     try:
+        _own_model(args)
         _import_unsloth()
         with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
-            report = doctor.examine()
+            report = doctor.examine(model=args.model, settings=args.set)
     except Failure as failure:
         report = doctor.unusable(str(failure), failure.code)
+    except Refused as refused:  # --model DIR: a checkpoint the self-check cannot run on
+        report = doctor.unusable(str(refused), USAGE)
     except Exception as error:  # noqa: BLE001 - a health check reports what broke
         report = doctor.unusable(f"doctor failed: {type(error).__name__}: {error}", FAILED)
     if args.json:
@@ -219,13 +257,20 @@ def _doctor(args):
 
 
 def _reproduce(args):
+    from .own_model import Refused, prepare
+
+    _own_model(args)
     _import_unsloth()
     _refuse_unsupported()
     from . import reproduce  # imports torch: after Unsloth, as users do
 
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
-        columns = reproduce.table(args.seed)
-    print(reproduce.render(columns))
+        try:
+            model = prepare(args.model, args.set) if args.model else None
+        except Refused as refused:
+            raise Failure(str(refused), USAGE) from None
+        columns = reproduce.table(args.seed, model)
+    print(reproduce.render(columns, model))
     return DONE if reproduce.succeeded(columns) else FAILED
 
 

@@ -1,12 +1,13 @@
 """`unsloth-diffusion-norm doctor`: is this stack affected, is the fix live, and does it hold here?
 
 Prints the installed versions, the device, the plugin's mode with every patch and default, a verdict
-in one sentence, then a live self-check: the tiny model, one GA=2 window whose micro-batches draw
-unequal mask counts, through the real DiffusionTrainer, judged by the oracle.
+in one sentence, then a live self-check: the tiny model (or, with `--model DIR`, a tiny random copy of
+that checkpoint's architecture, see own_model), one GA=2 window whose micro-batches draw unequal mask
+counts, through the real DiffusionTrainer, judged by the oracle.
 Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed (disabled,
 unpatched, a displaced patch, or a broken installation of the plugin), or the self-check failed (or could
-not run); 2 an Unsloth this plugin does not support; 3 (set by the command line) Unsloth is not
-installed or cannot be imported.
+not run); 2 an Unsloth this plugin does not support, or (set by the command line) a `--model DIR` the
+self-check cannot run on; 3 (set by the command line) Unsloth is not installed or cannot be imported.
 """
 
 import time
@@ -49,9 +50,11 @@ def natively_fixed():
     return detect.recognise(*modules)[0] == detect.NATIVE
 
 
-def examine(self_check=True):
-    """Everything doctor reports, as a dict (what --json prints)."""
-    from . import reproduce
+def examine(self_check=True, model=None, settings=()):
+    """Everything doctor reports, as a dict (what --json prints). `model`: a checkpoint directory whose
+    architecture the self-check runs at a tiny size (`settings`: (key, value) for that copy's config);
+    own_model.Refused, one line, when it cannot."""
+    from . import own_model, reproduce
     from ..activation import status
 
     report = {"versions": versions(), "device": device()}
@@ -87,8 +90,12 @@ def examine(self_check=True):
     report["verdict"] = verdict
     if self_check:
         started = time.perf_counter()
+        subject = None
+        if model is not None:  # a directory it cannot run on is refused, not reported as a failed check
+            subject = own_model.prepare(model, settings)
+            report["model"] = subject.describe()
         try:
-            verdict = reproduce.measure(seed=0)  # this stack as it is: patched, native or unfixed
+            verdict = reproduce.measure(seed=0, model=subject)  # this stack as it is: patched, native or unfixed
         except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
             report["self_check"] = {"passed": False, "error": f"{type(error).__name__}: {error}",
                                     "seconds": round(time.perf_counter() - started, 2)}
@@ -130,12 +137,18 @@ def render(report):
     lines += [f"  patched: {name}" for name in report.get("patches", [])]
     lines += [f"  DISPLACED: {name}" for name in report.get("displaced", [])]
     lines.append(f"Verdict: {report['verdict']}")
-    check = report.get("self_check")
+    check, model = report.get("self_check"), report.get("model")
+    subject = "tiny model"
+    if model:
+        shrunk = ", ".join(f"{key} {full}→{tiny}" for key, (full, tiny) in model["changes"].items())
+        lines.append(f"Model: {model['dir']}: {model['class']} (model_type {model['model_type']}, Unsloth profile "
+                     f"{model['profile']}) from its own code, at a tiny size with random weights: {shrunk}")
+        subject = f"tiny random {model['class']}"
     if check and "error" in check:
         lines.append(f"Self-check: FAIL - it could not run: {check['error']}")
     elif check:
         lines.append(
-            f"Self-check (cpu, tiny model, GA 2, masked tokens {check['counts']}): "
+            f"Self-check (cpu, {subject}, GA 2, masked tokens {check['counts']}): "
             f"{'PASS' if check['passed'] else 'FAIL'} - loss {check['loss']:.6f} vs oracle "
             f"{check['reference_loss']:.6f}, max grad error {check['grad_error']:.2e}, max param error "
             f"{check['param_error']:.2e}, worst error/tolerance {check['worst_error_over_tolerance']:.3g} "

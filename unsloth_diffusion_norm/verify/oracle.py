@@ -102,7 +102,9 @@ def window_loss(model, masks, mask_id, inverse_t=True):
         tokens = torch.cat([m.tokens for m in group])
         masked = torch.cat([m.masked for m in group])
         p_mask = torch.cat([m.p_mask for m in group])
-        logits = model(input_ids=torch.where(masked, mask_id, tokens)).logits.float()
+        output = model(input_ids=torch.where(masked, mask_id, tokens))
+        # A ModelOutput's logits, or the first element where a forward returns a plain tuple.
+        logits = (output.logits if hasattr(output, "logits") else output[0]).float()
         token_loss = F.cross_entropy(logits[masked], tokens[masked], reduction="none")
         if inverse_t:
             token_loss = token_loss / p_mask[masked]

@@ -8,28 +8,32 @@ from ..registry import NATIVE, PATCHED
 EXAMPLES = [fixtures.Example([10, 11, 12], fixtures.LONG), fixtures.Example([13, 14, 15], fixtures.LONG)]
 
 
-def measure(seed):
-    run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed)
-    return judging.judge(run, run.windows[0])
+def measure(seed, model=None):
+    """The self-check window on the tiny model, or on `model` (an own_model.OwnModel: a user's architecture)."""
+    if model is None:
+        run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed)
+        return judging.judge(run, run.windows[0])
+    run = experiment.train(model.examples, gradient_accumulation_steps=2, seed=seed, checkpoint=model.checkpoint)
+    return judging.judge(run, run.windows[0], eos_id=model.eos_id, mask_id=model.mask_id)
 
 
-def table(seed=0):
-    """Rows of (column, Verdict or None) for unpatched / plugin / upstream-native."""
+def table(seed=0, model=None):
+    """Rows of (column, Verdict or None) for unpatched / plugin / upstream-native (`model`: see measure)."""
     mode = apply().mode if status().mode != NATIVE else NATIVE
     columns = {}
     if mode == PATCHED:
         with unpatched():
-            columns["unpatched"] = measure(seed)
-        columns["plugin"] = measure(seed)
+            columns["unpatched"] = measure(seed, model)
+        columns["plugin"] = measure(seed, model)
         columns["upstream-native"] = None
     elif mode == NATIVE:
         columns["unpatched"] = None
         columns["plugin"] = None
-        columns["upstream-native"] = measure(seed)
+        columns["upstream-native"] = measure(seed, model)
     return columns
 
 
-def render(columns):
+def render(columns, model=None):
     judged = [v for v in columns.values() if v is not None]
     reference = judged[0]
     names = list(columns) + ["reference"]
@@ -45,6 +49,8 @@ def render(columns):
     lines = [
         f"Unsloth {status().unsloth_version}; realized masked tokens per micro-batch: {reference.counts} "
         f"(window total {sum(reference.counts)}); tolerance per tensor {oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|",
+        *([f"Model: a tiny random {model.model_class} from {model.source}'s own code "
+           f"({', '.join(f'{k} {a}→{b}' for k, (a, b) in model.changes.items())})"] if model else []),
         "",
         "| " + " | ".join([" " * width] + [f"{n:>15}" for n in names]) + " |",
         "|" + "|".join(["-" * (width + 2)] + ["-" * 17 for _ in names]) + "|",

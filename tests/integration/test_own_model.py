@@ -1,0 +1,282 @@
+"""`doctor --model DIR` / `reproduce --model DIR`: the self-check on a tiny random copy of a checkpoint's own
+architecture. Two remote-code architectures that are not our tiny model (tests/integration/fixtures, full-size configs, in
+the on-disk format of a hub checkpoint) pass on a fixed stack and fail where the fix is off on an affected
+release; the weight files are never read; a directory the check cannot run on is one line and exit 2."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.verify import cli, oracle, own_model
+
+PROG = "unsloth-diffusion-norm"
+CLI = [sys.executable, "-m", "unsloth_diffusion_norm"]
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+MODE = unsloth_diffusion_norm.apply().mode
+# Each fixture: the class its own code builds, and the copy's config against the full-size one.
+ARCHITECTURES = {
+    # Llama-style: grouped-query attention, rotary buffer, untied plain `lm_head` (the fused-head loss path).
+    "nemotron_gqa_rope": ("NemotronDiffusionModel", {
+        "num_hidden_layers": [32, 2], "hidden_size": [4096, 64], "num_attention_heads": [32, 4],
+        "num_key_value_heads": [8, 2], "head_dim": [128, 16], "intermediate_size": [14336, 128],
+        "torch_dtype": ["bfloat16", "float32"]}),
+    # OLMo/LLaDA-style names, fused qkv, logits from the tied input embedding (dense-logit path), dropout on.
+    "nemotron_tied_fused_qkv": ("DiffusionLMModel", {
+        "n_layers": [28, 2], "d_model": [3072, 64], "n_heads": [24, 4], "n_kv_heads": [8, 2],
+        "mlp_hidden_size": [8192, 128], "attention_dropout": [0.1, 0.0], "residual_dropout": [0.1, 0.0],
+        "torch_dtype": ["bfloat16", "float32"]}),
+}
+GARBAGE = b"not safetensors: the self-check must never read this file\n"
+WEIGHTS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json")
+
+
+def garbage(path, size=8 << 30):
+    """A weight file that no loader can read (sparse: no disk), its access time set before its modification
+    time, so that reading it moves the access time even under relatime."""
+    with open(path, "wb") as f:
+        f.write(GARBAGE)
+        f.truncate(size)
+    mtime = os.stat(path).st_mtime_ns
+    os.utime(path, ns=(mtime - 10**12, mtime))
+
+
+def hub_checkpoint(where, name, edit=None):
+    """Fixture `name` as downloaded from a hub: config, code and tokenizer, plus 16 GiB of garbage weights.
+    `edit(directory)` changes it further (a broken checkpoint)."""
+    directory = where / name
+    shutil.copytree(os.path.join(FIXTURES, name), directory, ignore=shutil.ignore_patterns("__pycache__"))
+    for weight in WEIGHTS:
+        garbage(directory / weight, size=len(GARBAGE) if weight.endswith(".json") else 8 << 30)
+    if edit is not None:
+        edit(directory)
+    return directory
+
+
+def access_times(directory):
+    return {name: os.stat(directory / name).st_atime_ns for name in WEIGHTS}
+
+
+def edit_config(**changes):
+    def edit(directory):
+        config = json.loads((directory / "config.json").read_text())
+        config.update(changes)
+        (directory / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    return edit
+
+
+def replace_in(filename, old, new):
+    def edit(directory):
+        text = (directory / filename).read_text()
+        assert old in text
+        (directory / filename).write_text(text.replace(old, new))
+    return edit
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    where = tmp_path_factory.mktemp("hub")
+    return {name: hub_checkpoint(where, name) for name in ARCHITECTURES}
+
+
+def run(args, tmp_path, env=None):
+    """The command line in its own process, with a fresh working and temporary directory."""
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1", **(env or {})}
+    done = subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert os.listdir(cwd) == [] and os.listdir(tmp) == []  # the copy lived in the scratch directory
+    return done
+
+
+def one_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(PROG), err[-3000:]
+    return lines[0]
+
+
+# --- the fixture architectures pass on a fixed stack, fail with the fix off, and their weights stay unread ---
+
+def test_a_read_would_show_in_the_access_time(tmp_path):
+    """The control for the weight files' check: on this filesystem reading such a file moves its atime."""
+    garbage(tmp_path / "control.safetensors")
+    before = os.stat(tmp_path / "control.safetensors").st_atime_ns
+    with open(tmp_path / "control.safetensors", "rb") as f:
+        f.read(8)
+    assert os.stat(tmp_path / "control.safetensors").st_atime_ns != before
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_doctor_model_passes_on_a_fixed_stack_and_never_reads_a_weight_file(name, checkpoints, plugin, capsys):
+    directory = checkpoints[name]
+    before = access_times(directory)
+    code = cli.main(["doctor", "--json", "--model", str(directory)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == report["exit"] == 0, report
+    check, model = report["self_check"], report["model"]
+    assert check["passed"] and len(set(check["counts"])) > 1, check  # a window the bug would show in
+    assert model["profile"] == "nemotron_labs_diffusion" and model["dir"] == str(directory)
+    assert (model["class"], model["changes"]) == ARCHITECTURES[name]
+    assert access_times(directory) == before  # garbage, 16 GiB: loaded, it would have failed the run anyway
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_with_the_switch_off_doctor_model_fails_where_the_release_is_affected(name, checkpoints, tmp_path):
+    done = run(["doctor", "--json", "--model", str(checkpoints[name])], tmp_path, {"UNSLOTH_DIFFUSION_NORM": "0"})
+    report = json.loads(done.stdout)
+    assert report["mode"] == registry.DISABLED and done.returncode == report["exit"], done.stderr[-3000:]
+    check = report["self_check"]
+    assert report["model"]["class"] == ARCHITECTURES[name][0] and len(set(check["counts"])) > 1
+    if MODE == registry.NATIVE:  # Unsloth itself is right there
+        assert done.returncode == 0 and check["passed"]
+    else:
+        assert done.returncode == 1 and not check["passed"]
+        assert check["worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
+
+
+def test_the_fixtures_take_both_loss_paths_where_the_release_has_a_fused_head(checkpoints, tmp_path):
+    """The untied plain lm_head takes the fused-head path, the tied embedding the dense-logit one."""
+    diffusion_loss = pytest.importorskip("unsloth.models.diffusion_loss")  # 2026.10.6+; 10.4 is dense only
+    from unsloth_diffusion_norm.verify.fixtures import load_model
+
+    fused = {}
+    for name in ARCHITECTURES:
+        model, _ = load_model(checkpoint=own_model.prepare(checkpoints[name], workdir=tmp_path).checkpoint)
+        fused[name] = diffusion_loss.fusable_head(model, model) is not None
+    assert fused == {"nemotron_gqa_rope": True, "nemotron_tied_fused_qkv": False}
+
+
+def test_reproduce_model_prints_the_table_for_the_copy(checkpoints, plugin, capsys):
+    assert cli.main(["reproduce", "--model", str(checkpoints["nemotron_tied_fused_qkv"])]) == 0
+    out = capsys.readouterr().out
+    assert "Model: a tiny random DiffusionLMModel from " in out and "d_model 3072→64" in out
+    within = next(line for line in out.splitlines() if line.startswith("| within tolerance"))
+    cells = tuple(cell.strip() for cell in within.split("|")[2:5])
+    assert cells == (("—", "—", "yes") if MODE == registry.NATIVE else ("NO", "yes", "—"))
+
+
+def test_a_forward_that_requires_attention_mask_cannot_train_here_and_doctor_says_so(tmp_path, plugin):
+    """Unsloth calls the model without attention_mask (padding is EOS-filled and attended), so such a forward
+    cannot train under DiffusionTrainer at all: the self-check reports that it could not run (exit 1)."""
+    from unsloth_diffusion_norm.verify import doctor
+
+    directory = hub_checkpoint(tmp_path, "nemotron_tied_fused_qkv", replace_in(
+        "modeling_diffusion_lm.py", "def forward(self, input_ids, attention_mask=None,",
+        "def forward(self, input_ids, attention_mask,"))
+    report = doctor.examine(model=str(directory))
+    assert report["exit"] == 1 and not report["self_check"]["passed"]
+    assert "attention_mask" in report["self_check"]["error"]
+
+
+# --- what the self-check cannot run on: one line, exit 2 ---
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    where = tmp_path_factory.mktemp("broken")
+    no_config = where / "no_config"
+    no_config.mkdir()
+    garbage(no_config / "model.safetensors", size=1 << 20)
+    return {
+        "no config.json": (str(no_config), f"no config.json in '{no_config}': not a checkpoint directory"),
+        "no remote code": (str(hub_checkpoint(where, "nemotron_gqa_rope", edit_config(auto_map=None))),
+                           "has no remote code (config.json has no auto_map)"),
+        "code missing": (str(hub_checkpoint(where, "nemotron_tied_fused_qkv",
+                                            lambda d: os.remove(d / "modeling_diffusion_lm.py"))),
+                         "auto_map names 'modeling_diffusion_lm.DiffusionLMModel', but modeling_diffusion_lm.py "
+                         "is not in"),
+    }
+
+
+HUB_ID = "nvidia/Nemotron-Labs-Diffusion-8B"
+
+
+@pytest.mark.parametrize("case", ["hub id", "no such directory", "no config.json", "no remote code", "code missing"])
+def test_a_directory_that_is_no_checkpoint_is_refused_before_unsloth_is_imported(case, broken, tmp_path):
+    directory, says = {"hub id": (HUB_ID, f"'{HUB_ID}' is not a local directory (a Hub id?); this command never "
+                                           f"downloads"),
+                       "no such directory": ("/nonexistent/checkpoint", "no directory '/nonexistent/checkpoint'"),
+                       **broken}[case]
+    command = "reproduce" if case == "no remote code" else "doctor"
+    done = run([command, "--model", directory], tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert says in one_line(done.stderr).removeprefix(f"{PROG} {command}: ")
+
+
+def test_set_needs_model_and_key_value(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    done = run(["doctor", "--set", "a=1"], tmp_path / "a")
+    assert done.returncode == 2 and "--set is for the tiny copy of --model DIR" in one_line(done.stderr)
+    done = run(["doctor", "--model", "x", "--set", "novalue"], tmp_path / "b")
+    assert done.returncode == 2 and "expected key=value, not 'novalue'" in one_line(done.stderr)
+
+
+@pytest.mark.parametrize("case", ["no masked-diffusion profile", "another profile", "does not build", "no mask id"])
+def test_a_checkpoint_the_self_check_cannot_run_on_is_one_line_and_exit_2(case, tmp_path, capsys, plugin):
+    architecture = "nemotron_gqa_rope"
+    edit, settings, says = {
+        "no masked-diffusion profile": (
+            lambda d: [replace_in(f, '"nemotron_labs_diffusion"', '"my_causal_lm"')(d)
+                       for f in ("config.json", "configuration_nemotron_diffusion.py")],
+            [], "has no masked-diffusion profile for model_type 'my_causal_lm' (architectures "
+                "['NemotronDiffusionModel'])"),
+        "another profile": (
+            lambda d: [replace_in(f, '"nemotron_labs_diffusion"', '"llada"')(d)
+                       for f in ("config.json", "configuration_nemotron_diffusion.py")],
+            [], "to its 'llada' profile; the self-check's oracle is the nemotron_labs_diffusion objective"),
+        "does not build": (None, ["--set", "num_key_value_heads=3"],
+                           "does not build: ValueError: num_attention_heads (4) must be a multiple of "
+                           "num_key_value_heads (3) (shrunk: num_hidden_layers 32→2"),
+        "no mask id": (edit_config(mask_token_id=None), [],
+                       "no [MASK] token id in "),
+    }[case]
+    directory = hub_checkpoint(tmp_path, architecture, edit)
+    before = access_times(directory)
+    for json_flag in ([], ["--json"]):
+        code = cli.main(["doctor", *json_flag, "--model", str(directory), *settings])
+        captured = capsys.readouterr()
+        assert code == 2 and says in one_line(captured.err), captured.err
+        assert captured.out == "" if not json_flag else json.loads(captured.out)["exit"] == 2
+    assert "give it with --set mask_token_id=N" in captured.err or case != "no mask id"
+    assert access_times(directory) == before
+
+
+# --- the shrink itself ---
+
+def test_shrink_keeps_the_attention_kind_and_the_vocabulary_and_turns_dropout_off():
+    full = {"num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
+            "intermediate_size": 13824, "vocab_size": 152064, "eos_token_id": [2, 11], "hidden_dropout": 0.1,
+            "layer_types": ["full", "sliding"] * 20, "quantization_config": {"quant_method": "fp8"},
+            "torch_dtype": "bfloat16", "max_position_embeddings": 131072}
+    tiny, changes = own_model.shrink(full, [("rope_theta", 10000.0)])
+    kept = {k: v for k, v in full.items() if k != "quantization_config"}  # random weights are not quantized
+    assert tiny == {**kept, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                    "num_key_value_heads": 4, "intermediate_size": 128, "hidden_dropout": 0.0,
+                    "layer_types": ["full", "sliding"], "torch_dtype": "float32", "rope_theta": 10000.0}
+    assert changes["quantization_config"] == ["present", "removed"] and changes["rope_theta"] == [None, 10000.0]
+    assert own_model.shrink({"n_head": 16, "multi_query_group_num": 1})[0]["multi_query_group_num"] == 1
+    assert own_model.shrink({"num_hidden_layers": 1, "hidden_size": 32})[1] == {}  # never grown
+    assert own_model.parse_setting("rope_scaling=null") == ("rope_scaling", None)
+    assert own_model.parse_setting("attn_implementation=sdpa") == ("attn_implementation", "sdpa")
+
+
+def test_the_oracle_reads_logits_from_a_forward_that_returns_a_tuple(checkpoints, tmp_path):
+    import torch
+    from transformers import AutoModel
+
+    copy = own_model.prepare(checkpoints["nemotron_tied_fused_qkv"], workdir=tmp_path)
+    model = AutoModel.from_pretrained(copy.checkpoint, trust_remote_code=True, dtype=torch.float32)
+    batch = {"input_ids": torch.tensor([copy.examples[0].row()["input_ids"]])}
+    batch["labels"] = batch["input_ids"].clone()
+    masks = oracle.replay_noise([batch], torch.get_rng_state(), 1e-3, copy.eos_id)
+    losses = []
+    for return_dict in (True, False):  # a ModelOutput, then the plain tuple 4.x-era code returns
+        model.config.return_dict = return_dict
+        losses.append(oracle.window_loss(model, masks, copy.mask_id)[0].item())
+    assert isinstance(model(input_ids=batch["input_ids"]), tuple) and losses[0] == losses[1] > 0
