@@ -128,7 +128,9 @@ def test_doctor_model_passes_on_a_fixed_stack_and_never_reads_a_weight_file(name
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_with_the_switch_off_doctor_model_fails_where_the_release_is_affected(name, checkpoints, tmp_path):
-    done = run(["doctor", "--json", "--model", str(checkpoints[name])], tmp_path, {"UNSLOTH_DIFFUSION_NORM": "0"})
+    # HF_HUB_OFFLINE: the whole check runs without the network (everything it loads is local).
+    done = run(["doctor", "--json", "--model", str(checkpoints[name])], tmp_path,
+               {"UNSLOTH_DIFFUSION_NORM": "0", "HF_HUB_OFFLINE": "1"})
     report = json.loads(done.stdout)
     assert report["mode"] == registry.DISABLED and done.returncode == report["exit"], done.stderr[-3000:]
     check = report["self_check"]
@@ -161,10 +163,14 @@ def test_reproduce_model_prints_the_table_for_the_copy(checkpoints, plugin, caps
     assert cells == (("—", "—", "yes") if MODE == registry.NATIVE else ("NO", "yes", "—"))
 
 
-def test_a_forward_that_requires_attention_mask_cannot_train_here_and_doctor_says_so(tmp_path, plugin):
+def test_a_forward_that_requires_attention_mask_cannot_train_here_and_doctor_says_so(tmp_path, plugin, monkeypatch):
     """Unsloth calls the model without attention_mask (padding is EOS-filled and attended), so such a forward
     cannot train under DiffusionTrainer at all: the self-check reports that it could not run (exit 1)."""
+    import tempfile
+
     from unsloth_diffusion_norm.verify import doctor
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the copy and the run folder: not in /tmp
 
     directory = hub_checkpoint(tmp_path, "nemotron_tied_fused_qkv", replace_in(
         "modeling_diffusion_lm.py", "def forward(self, input_ids, attention_mask=None,",
