@@ -304,5 +304,6 @@ def status():
         STATE.reason,
         tuple((name, patch.why) for name, patch in registry.applied()),
         DEFAULTS.get(STATE.mode) if STATE.patches else None,
-        tuple(name for name, patch in registry.applied() if not patch.in_place()),
+        # Only the process-wide set: a trainer's own patches may be wrapped on that trainer by design.
+        tuple(patch.name for patch in STATE.patches if not patch.in_place()),
     )
