@@ -243,8 +243,15 @@ def test_ctrl_c_in_bench_removes_every_temporary_file(places):
             if "(run 2/" in line:  # training has started: checkpoint, run folders, compiled cache exist
                 break
         assert os.listdir(tmp)  # its scratch directory, while it runs
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=120)
+        # Library code with a bare `except:` can swallow a Ctrl-C that lands inside it (seen once under
+        # load: the bench ran on to exit 0); a person presses it again, so does the test.
+        for _ in range(10):
+            child.send_signal(signal.SIGINT)
+            try:
+                out, err = child.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
     finally:
         child.kill()
         child.wait()
