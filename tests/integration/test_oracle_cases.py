@@ -86,13 +86,26 @@ def test_micro_batch_with_zero_masked_tokens(plugin, trainer_stack):
 
 
 def test_all_empty_window_gives_zero_loss_and_zero_gradients(plugin, trainer_stack):
-    unsupervised = [Example([10 + i, 11, 12], [], eos=False) for i in range(4)]
-    run = experiment.train(unsupervised, seed=0)
+    returned = []  # what each micro-batch's loss computation gave Trainer, before any logging filter
+
+    def record_losses(trainer):
+        compute_loss = trainer.compute_loss
+
+        def view(*pos, **kw):
+            loss = compute_loss(*pos, **kw)
+            returned.append((loss[0] if isinstance(loss, tuple) else loss).detach().clone())
+            return loss
+
+        trainer.compute_loss = view
+
+    run = experiment.train(fixtures.unsupervised(4), seed=0, before_train=record_losses)
     for window in run.windows:
         verdict = judge(run, window)
         assert verdict.ok and verdict.counts == [0, 0]
         assert window.logged_loss == 0.0
         assert all(torch.count_nonzero(g) == 0 and torch.isfinite(g).all() for g in window.grads.values())
+    # Exactly 0, not NaN: Trainer's logging_nan_inf_filter would hide a 0/0 from the logged loss.
+    assert len(returned) == 4 and all(loss.item() == 0.0 for loss in returned), returned
 
 
 def test_ga1_control_old_and_new_agree_bitwise(plugin, trainer_stack):
