@@ -47,7 +47,12 @@ LEGS = [
     Leg("2026.10.3", "5.17.0", "1.13.0", "before masked diffusion: unsupported, nothing patched"),
     Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape, with launched ranks",
         select="not sharded and not once"),
-    Leg("2026.10.4", "4.56.0", "0.18.2", "dense shape, oldest working transformers / TRL"),
+    # The oldest transformers / TRL on the dense shape: what their Trainer and parsers change (the command
+    # line and doctor on the old stack run on the chunked-shape leg below).
+    Leg("2026.10.4", "4.56.0", "0.18.2", "dense shape, oldest working transformers / TRL: training and parsing",
+        paths=("tests/unit", "tests/integration/test_release.py", "tests/integration/test_activation.py",
+               "tests/integration/test_field.py", "tests/integration/test_oracle_cases.py",
+               "tests/integration/test_noise.py")),
     # The same diffusion files as 2026.10.4: recognition, patches and the release as a whole.
     Leg("2026.10.5", "5.17.0", "1.15.0", "dense shape (files identical to 2026.10.4): recognition and patches",
         paths=("tests/unit", "tests/integration/test_release.py", "tests/integration/test_activation.py")),
