@@ -156,6 +156,9 @@ def disable(reason):
 
 
 def _accept_flags_only(trainer_module):
+    from .detect import unsloth_version
+
+    STATE.unsloth_version = unsloth_version()
     trainer, config = (getattr(trainer_module, n, None) for n in ("DiffusionTrainer", "DiffusionConfig"))
     if trainer is None or not hasattr(config, "__dataclass_fields__"):
         return  # nothing that takes the flags: nothing to accept them on
