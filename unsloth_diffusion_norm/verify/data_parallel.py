@@ -357,7 +357,7 @@ def main(argv=None):
     launched = ", ".join(f"{ranks} ranks with {command[PLAN[ranks][0]]}" for ranks in args.ranks)
     print(
         f"Unsloth {unsloth_version()}; {launched}; Gloo on CPU; "
-        f"tolerance per tensor {oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|\n"
+        f"{oracle.describe_tolerance()}\n"
     )
     print(render(results))
     if args.json:

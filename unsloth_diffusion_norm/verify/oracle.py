@@ -30,6 +30,12 @@ def tolerance(reference, precision="fp32"):
     return atol + rtol * scale
 
 
+def describe_tolerance(precision="fp32"):
+    """How every table states the tolerance it was judged by."""
+    atol, rtol = TOLERANCES[precision]
+    return f"tolerance per tensor {atol:g} + {rtol:g}·max|ref|"
+
+
 def clip_gradients(grads, max_norm):
     """What torch.nn.utils.clip_grad_norm_ does to a set of gradients: scale all by
     min(1, max_norm / (total 2-norm + 1e-6))."""

@@ -48,7 +48,7 @@ def render(columns, model=None):
     width = max(len(r[0]) for r in rows)
     lines = [
         f"Unsloth {status().unsloth_version}; realized masked tokens per micro-batch: {reference.counts} "
-        f"(window total {sum(reference.counts)}); tolerance per tensor {oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|",
+        f"(window total {sum(reference.counts)}); {oracle.describe_tolerance()}",
         *([f"Model: a tiny random {model.model_class} from {model.source}'s own code "
            f"({', '.join(f'{k} {a}→{b}' for k, (a, b) in model.changes.items())})"] if model else []),
         "",

@@ -204,8 +204,8 @@ def main():
 
         outcomes = examine_all()
     status = unsloth_diffusion_norm.status()
-    print(f"Unsloth {status.unsloth_version} (mode {status.mode}); tolerance per tensor: fp32 "
-          f"{oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|, bf16 {oracle.BF16_ATOL:g} + {oracle.BF16_RTOL:g}·max|ref|\n")
+    print(f"Unsloth {status.unsloth_version} (mode {status.mode}); fp32 {oracle.describe_tolerance()}, "
+          f"bf16 {oracle.describe_tolerance('bf16')}\n")
     print(render(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 

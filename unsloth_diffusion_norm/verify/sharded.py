@@ -297,7 +297,7 @@ def main(argv=None):
         results += launch(name)
     print(
         f"Unsloth {unsloth_version()}; 2 ranks per engine; Gloo on CPU; "
-        f"tolerance per tensor {oracle.ATOL:g} + {oracle.RTOL:g}·max|ref|\n"
+        f"{oracle.describe_tolerance()}\n"
     )
     print(render(results))
     if args.json:
