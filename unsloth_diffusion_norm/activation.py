@@ -88,11 +88,9 @@ def _on_trainer_module(module):
 
 
 def _on_unsloth(module):
-    try:
-        if STATE.mode == registry.PENDING and TRAINER_MODULE not in sys.modules:
-            _unsupported("it has no masked-diffusion trainer (unsloth.models.diffusion_trainer)")
-    except Exception as error:  # noqa: BLE001
-        _unsupported(f"{type(error).__name__}: {error}")
+    # (nothing here can raise: a handler would only call _unsupported again)
+    if STATE.mode == registry.PENDING and TRAINER_MODULE not in sys.modules:
+        _unsupported("it has no masked-diffusion trainer (unsloth.models.diffusion_trainer)")
 
 
 def _unsupported(reason):

@@ -172,3 +172,26 @@ def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
     unsloth_diffusion_norm.unpatch()
     assert "get_batch_samples" not in vars(trainer) and trainer.diffusion_profile is not profile_copy
     assert not any(name.startswith("DiffusionTrainer at ") for name, _ in unsloth_diffusion_norm.status().patches)
+
+
+def test_the_readme_lists_every_patch_of_every_set_with_its_reason():
+    """README "Every patch, where it goes and why" is what the code builds, row for row, for each of the
+    three patch sets (built here without applying them; the real release's modules are their owners)."""
+    import importlib
+    import pathlib
+
+    from unsloth_diffusion_norm import detect, patches
+    from unsloth_diffusion_norm.activation import DIFFUSION_MODULES, TRAINER_MODULE
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    block = text[text.index("<!-- patches: start"):text.index("<!-- patches: end -->")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[3:]]
+    documented = {where: [(name.strip("`"), why) for w, name, why in rows if w in (where, "every one of the three")]
+                  for where in ("2026.10.4–.6", "2026.10.7+", "switched off")}
+    modules = [importlib.import_module(n) for n in (TRAINER_MODULE, *DIFFUSION_MODULES)]
+    built = {
+        "2026.10.4–.6": patches.patched_release(patches.Release("<shape>", *modules)),
+        "2026.10.7+": patches.native_release(patches.Release(detect.NATIVE, *modules)),
+        "switched off": patches.flags_only(patches.Release(patches.DISABLED, modules[0], disabled_by="test")),
+    }
+    assert {where: [(p.name, p.why) for p in found] for where, found in built.items()} == documented

@@ -29,6 +29,7 @@ def test_fixed_stack_passes_its_self_check(plugin, capsys):
     assert set(report["versions"]) >= {"unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch"}
 
 
+@pytest.mark.fresh_interpreter
 def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
     env = {**os.environ, **fixtures.CPU_ENVIRONMENT, "UNSLOTH_DIFFUSION_NORM": "0"}
     done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor", "--json"],

@@ -133,6 +133,7 @@ def _python(code, cwd, **env):
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+@pytest.mark.fresh_interpreter
 def test_unknown_switch_values_warn_once_and_leave_patching_on(tmp_path):
     for value in ("disabled", "2", "n"):
         found, stderr = _python("import json, unsloth_diffusion_norm as u; print(json.dumps(u.status().mode))",
@@ -166,6 +167,7 @@ SWITCHED_OFF = """
 """
 
 
+@pytest.mark.fresh_interpreter
 def test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name(tmp_path):
     found, stderr = _python(SWITCHED_OFF, tmp_path, UNSLOTH_DIFFUSION_NORM="0")
     assert found["mode"] == registry.DISABLED and found["parsed"] == "per_sample"
@@ -189,6 +191,7 @@ WITHOUT_WRAPT = """
 """
 
 
+@pytest.mark.fresh_interpreter
 def test_a_missing_dependency_is_named_as_a_broken_installation(tmp_path):
     found, stderr = _python(WITHOUT_WRAPT, tmp_path)
     assert found["mode"] == registry.BROKEN
@@ -216,6 +219,7 @@ UNPATCH_FIRST = """
 """
 
 
+@pytest.mark.fresh_interpreter
 def test_unpatch_before_unsloth_is_remembered_until_apply(tmp_path):
     found, _ = _python(UNPATCH_FIRST, tmp_path)
     assert found["before"] == found["after"] == registry.UNPATCHED
@@ -266,6 +270,7 @@ def _example(workdir, output, *argv):
     return done.stdout, state["global_step"], losses
 
 
+@pytest.mark.fresh_interpreter
 def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
     out, steps, losses = _example(workdir, "from-cli", "--trust_remote_code", "true",
                                   "--diffusion_loss_normalization", "window")
@@ -273,6 +278,7 @@ def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
 
 
+@pytest.mark.fresh_interpreter
 def test_example_script_trains_from_its_sample_yaml(workdir):
     # The sample YAML as shipped (LoRA, clipping, the flag), its paths and length overridden on the command line.
     out, steps, losses = _example(workdir, "from-yaml", "--config", os.path.join(os.path.dirname(EXAMPLE), "train.yaml"))

@@ -28,6 +28,7 @@ def test_the_mode_is_the_one_this_release_needs():
         assert status.patches == () and status.reason
 
 
+@pytest.mark.fresh_interpreter
 def test_import_alone_imports_neither_torch_nor_unsloth():
     line, _ = _python(
         "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm as u; "
@@ -45,6 +46,7 @@ REPORT = (
 )
 
 
+@pytest.mark.fresh_interpreter
 def test_import_after_unsloth_works_and_the_env_switch_disables():
     after, _ = _python("import unsloth, unsloth_diffusion_norm; " + REPORT)
     mode, patches, wrapped = after.split()
@@ -58,6 +60,7 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
     assert int(patches) == flags_only and wrapped == str(flags_only > 0)
 
 
+@pytest.mark.fresh_interpreter
 @pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
                     "an unrecognised shape is tested in test_activation.py")
 def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_patched():
@@ -73,6 +76,7 @@ def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_p
     assert "Nothing was patched" in warnings[0]
 
 
+@pytest.mark.fresh_interpreter
 @pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
                     "doctor's exit 2 for unrecognised internals is tested in test_doctor.py")
 def test_doctor_exits_2_on_a_release_without_masked_diffusion():

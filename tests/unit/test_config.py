@@ -43,3 +43,5 @@ def test_native_normalization_maps_the_flag_onto_upstreams_setting():
     assert native(profile("answer_length"), args("microbatch")) == "answer_length"
     assert native(profile("answer_length"), args("window")) == config.GLOBAL_MASKED_TOKENS
     assert native(profile(None), args("window")) is None
+    # A profile or arguments without the attribute (a non-masked profile; a config of another trainer).
+    assert native(object(), args("window")) is None and native(profile("answer_length"), object()) == "answer_length"

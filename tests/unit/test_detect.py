@@ -3,6 +3,8 @@
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
+
 from unsloth_diffusion_norm import detect
 
 
@@ -76,3 +78,49 @@ def test_missing_classes_are_named_first():
     trainer, masked, profiles = release("dense")
     del trainer.DiffusionConfig
     assert detect.recognise(trainer, masked, profiles) == (None, ["unsloth.models.diffusion_trainer.DiffusionConfig"])
+
+
+def _drop_field(cls, name):
+    cls.__dataclass_fields__ = {k: v for k, v in cls.__dataclass_fields__.items() if k != name}
+
+
+def _not_a_dataclass(trainer, masked, profiles):
+    trainer.DiffusionConfig = type("DiffusionConfig", (), {})
+
+
+# Each check of each shape, broken alone: (shape, how, the one name recognise() must report).
+BREAKS = [
+    ("chunked", lambda t, m, p: delattr(t.DiffusionTrainer, "compute_loss"), "DiffusionTrainer.compute_loss"),
+    ("chunked", _not_a_dataclass, "DiffusionConfig as a dataclass"),
+    ("chunked", lambda t, m, p: delattr(m.MaskedDiffusionProfile, "compute_loss"),
+     "MaskedDiffusionProfile.compute_loss"),
+    ("chunked", lambda t, m, p: delattr(m.MaskedDiffusionProfile, "option"), "MaskedDiffusionProfile.option"),
+    *(("chunked", lambda t, m, p, f=f: _drop_field(m.MaskedDiffusionProfile, f), f"MaskedDiffusionProfile.{f}")
+      for f in ("pad_with_eos", "shift_logits", "loss_normalization")),
+    ("chunked", lambda t, m, p: setattr(t.DiffusionTrainer, "model_accepts_loss_kwargs", False),
+     "the model_accepts_loss_kwargs=False rescale"),
+    ("chunked", lambda t, m, p: setattr(p.diffusion_profiles()[0], "loss_normalization", "answer_length"),
+     "the nemotron_labs_diffusion profile normalized per micro-batch by masked tokens"),
+    ("chunked", lambda t, m, p: setattr(p, "diffusion_profiles", lambda: []),
+     "the nemotron_labs_diffusion profile normalized per micro-batch by masked tokens"),
+    ("native", lambda t, m, p: _drop_field(m.MaskedDiffusionProfile, "loss_normalization"),
+     "MaskedDiffusionProfile.loss_normalization"),
+    ("native", _not_a_dataclass, "DiffusionConfig as a dataclass"),
+    ("native", lambda t, m, p: delattr(t, "DiffusionTrainer"), "unsloth.models.diffusion_trainer.DiffusionTrainer"),
+    ("dense", lambda t, m, p: delattr(m, "MaskedDiffusionProfile"),
+     "unsloth.models.diffusion_masked.MaskedDiffusionProfile"),
+]
+
+
+@pytest.mark.parametrize("shape, drift, name", BREAKS, ids=[f"{s}: {n}" for s, _, n in BREAKS])
+def test_every_check_names_exactly_what_is_missing(shape, drift, name):
+    modules = release(shape)
+    drift(*modules)
+    assert detect.recognise(*modules) == (None, [name])
+
+
+def test_a_release_with_neither_loss_names_every_piece_of_both():
+    trainer, masked, profiles = release("dense")
+    del masked.F, masked.response_mask
+    assert detect.recognise(trainer, masked, profiles) == (
+        None, ["unsloth.models.diffusion_masked." + n for n in dict.fromkeys(detect.CHUNKED_NAMES + detect.DENSE_NAMES)])

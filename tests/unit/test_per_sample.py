@@ -82,3 +82,29 @@ def test_the_same_example_gets_other_noise_in_another_epoch():
         order.on_epoch_begin(args, SimpleNamespace(global_step=2 * epoch), None, train_dataloader=[0] * 4)
         keys.append(next(order.tag(args, [batch(2)]))[KEYS])
     assert set(keys[0]).isdisjoint(keys[1])
+
+
+def test_without_an_attention_mask_every_token_is_the_examples_own():
+    keys = [sample_key(0, 0, 0), sample_key(0, 0, 1)]
+    t, u = uniforms(keys, None, 4, "cpu")
+    t_full, u_full = uniforms(keys, torch.ones(2, 4, dtype=torch.long), 4, "cpu")
+    assert u.shape == (2, 4) and torch.equal(t, t_full) and torch.equal(u, u_full)
+
+
+def test_an_epoch_of_one_window_or_less_is_one_step():
+    order = DataOrder()
+    for batches in (2, 1):  # GA 2: one full window, and one partial window
+        order.on_epoch_begin(arguments(), SimpleNamespace(global_step=3), None, train_dataloader=[0] * batches)
+        assert (order.epoch, order.next_batch) == (3, 0)
+
+
+def test_left_padding_does_not_move_an_examples_own_draws():
+    keys = [sample_key(0, 0, 0)]
+    _, u_alone = uniforms(keys, torch.tensor([[1, 1, 1]]), 3, "cpu")
+    _, u_left = uniforms(keys, torch.tensor([[0, 0, 1, 1, 1]]), 5, "cpu")
+    assert torch.equal(u_alone[0], u_left[0, 2:])
+
+
+def test_the_draws_go_to_the_batchs_device():
+    t, u = uniforms([sample_key(0, 0, 0)], None, 3, torch.device("meta"))
+    assert t.device.type == u.device.type == "meta"

@@ -1,0 +1,54 @@
+"""What status() prints and what the plugin warns, word for word, without Unsloth: the Status object, and
+the warnings for an unsupported release, each said once."""
+
+import logging
+
+from unsloth_diffusion_norm import activation, registry
+from unsloth_diffusion_norm.activation import Status
+
+
+def test_a_fresh_state_is_pending_with_nothing_known():
+    state = registry.State()
+    assert (state.mode, state.unsloth_version, state.shape, state.reason) == (registry.PENDING, None, None, None)
+    assert state.patches == [] and len(state.trainers) == 0
+
+
+def test_status_prints_every_field_it_has():
+    status = Status("patched", "2026.10.6", "chunked-ce", "a reason", (("A.b", "why b"), ("C.d", "why d")),
+                    "the defaults", ("C.d",))
+    assert str(status).splitlines() == [
+        "unsloth_diffusion_norm: mode=patched, Unsloth 2026.10.6",
+        "  recognised shape: chunked-ce",
+        "  reason: a reason",
+        "  defaults: the defaults",
+        "  patched A.b: why b",
+        "  patched C.d: why d",
+        "  DISPLACED C.d: something replaced this patch after it was applied; the fix is not in force there",
+    ]
+    assert str(Status("pending", None, None, None, ())) == "unsloth_diffusion_norm: mode=pending, Unsloth not imported"
+
+
+def test_statuses_compare_and_print_by_every_field():
+    fields = ("patched", "2026.10.6", "chunked-ce", None, (("A.b", "why"),), "defaults", ())
+    status = Status(*fields)
+    assert status == Status(*fields) and status != fields
+    for i, other in enumerate(("native", "2026.10.9", "native-window", "r", (), "d", ("A.b",))):
+        assert status != Status(*fields[:i], other, *fields[i + 1:]), Status.FIELDS[i]
+    assert repr(status) == (
+        "Status(mode='patched', unsloth_version='2026.10.6', shape='chunked-ce', reason=None, "
+        "patches=(('A.b', 'why'),), defaults='defaults', displaced=())"
+    )
+
+
+def test_an_unsupported_release_is_warned_about_once_and_status_keeps_the_latest_reason(state, caplog):
+    state.mode = registry.PENDING
+    with caplog.at_level(logging.INFO, logger="unsloth_diffusion_norm"):
+        activation._unsupported("first reason")
+        activation._unsupported("second reason")
+    version = state.unsloth_version
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(
+        logging.WARNING,
+        f"unsloth_diffusion_norm: Unsloth {version} is not supported: first reason. "
+        "Nothing was patched; diffusion losses are Unsloth's own.",
+    )]
+    assert (state.mode, state.reason) == (registry.UNSUPPORTED, "second reason")
