@@ -102,7 +102,7 @@ def apply_to_trainer(trainer, patches):
     """Patches one trainer owns (an instance, or its own copy of the profile); listed by status() while
     the trainer lives, reverted with the rest."""
     trainer.__dict__[TRAINER_PATCHES] = _apply_each(patches)
-    STATE.trainers.add(trainer)
+    STATE.trainers.add(trainer)  # only now: every trainer in the set has its list
 
 
 def applied():
@@ -110,13 +110,13 @@ def applied():
     found = [(patch.name, patch) for patch in STATE.patches]
     for trainer in list(STATE.trainers):
         label = f"{type(trainer).__name__} at {id(trainer):#x}:"
-        found += [(f"{label} {patch.name}", patch) for patch in trainer.__dict__.get(TRAINER_PATCHES, ())]
+        found += [(f"{label} {patch.name}", patch) for patch in trainer.__dict__[TRAINER_PATCHES]]
     return found
 
 
 def revert_all():
     for trainer in list(STATE.trainers):
-        for patch in reversed(trainer.__dict__.pop(TRAINER_PATCHES, ())):
+        for patch in reversed(trainer.__dict__.pop(TRAINER_PATCHES)):
             patch.revert()
     STATE.trainers = weakref.WeakSet()
     for patch in reversed(STATE.patches):

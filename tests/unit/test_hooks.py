@@ -274,3 +274,42 @@ def test_a_broken_installation_names_the_module_the_command_and_what_training_ge
     assert warnings_in(caplog) == [(logging.WARNING, f"unsloth_diffusion_norm: {reason}. {effect}.")]
     unnamed = activation._broken(shape, ImportError("cannot import name 'x'"))
     assert unnamed.endswith("the module \"cannot import name 'x'\" is missing (pip install cannot import name 'x')")
+
+
+# --- unpatched(): whatever was in place before comes back ------------------------------------------------
+
+def test_unpatched_gives_a_switched_off_plugin_its_flags_back(state, monkeypatch):
+    module = stand_in_trainer_module()
+    monkeypatch.setitem(sys.modules, TRAINER_MODULE, module)
+    state.mode, state.reason = registry.DISABLED, "UNSLOTH_DIFFUSION_NORM=0"
+    activation._accept_flags_only(module)
+    with unsloth_diffusion_norm.unpatched() as inside:
+        assert inside.mode == registry.UNPATCHED and state.patches == []
+    assert (state.mode, state.reason) == (registry.DISABLED, "UNSLOTH_DIFFUSION_NORM=0")
+    assert len(state.patches) == 8 and all(p.in_place() for p in state.patches)
+
+
+def test_unpatched_before_the_trainer_module_is_imported_leaves_it_to_the_hook(state, monkeypatch):
+    monkeypatch.delitem(sys.modules, TRAINER_MODULE, raising=False)
+    state.mode, state.reason = registry.DISABLED, "UNSLOTH_DIFFUSION_NORM=0"
+    with unsloth_diffusion_norm.unpatched():
+        pass
+    assert (state.mode, state.reason, state.patches) == (registry.DISABLED, "UNSLOTH_DIFFUSION_NORM=0", [])
+
+
+@pytest.mark.parametrize("mode", [registry.PENDING, registry.UNSUPPORTED, registry.BROKEN])
+def test_unpatched_keeps_a_mode_with_nothing_patched_and_its_reason(state, mode):
+    state.mode, state.reason = mode, "the reason"
+    with pytest.raises(KeyError):  # an error inside is the caller's, not swallowed
+        with unsloth_diffusion_norm.unpatched():
+            raise KeyError("inside")
+    assert (state.mode, state.reason, state.patches) == (mode, "the reason", [])
+
+
+def test_unpatch_says_how_to_undo_it_and_keeps_a_diagnosis(state):
+    state.mode = registry.PATCHED
+    assert (unsloth_diffusion_norm.unpatch().mode, state.reason) == (
+        registry.UNPATCHED, "unpatch() was called; apply() puts the patches back")
+    for mode in (registry.UNSUPPORTED, registry.BROKEN):  # nothing was patched: the diagnosis stays
+        state.mode, state.reason = mode, "the diagnosis"
+        assert (unsloth_diffusion_norm.unpatch().mode, state.reason) == (mode, "the diagnosis")

@@ -84,3 +84,50 @@ def test_apply_all_is_all_or_nothing(monkeypatch):
     assert registry.STATE.patches == [first] and Owner().own() == "ours"
     registry.revert_all()
     assert registry.STATE.patches == [] and Owner().own() == "own"
+
+
+def test_a_patch_not_applied_yet_is_not_in_place_and_has_saved_nothing():
+    class Owner:
+        value = None
+
+    patch = Patch("Owner.value", Owner, "value", lambda current: 1, "why")
+    assert (patch.name, patch.why) == ("Owner.value", "why")
+    assert not patch.in_place() and patch.saved is MISSING and patch.installed is MISSING
+
+
+def test_an_item_patch_gets_the_current_value_and_a_missing_attribute_is_missing():
+    table = {"k": 1}
+    bump = Patch("table[k]", table, "k", lambda current: current + 1, "why", item=True)
+    bump.apply()
+    assert table == {"k": 2}
+    bump.revert()
+    assert table == {"k": 1}
+    Owner = make_classes()
+    seen = []
+    Patch("Owner.new", Owner, "new", lambda current: seen.append(current), "why").apply()
+    assert seen == [MISSING]
+
+
+def test_a_reverted_patch_is_no_longer_in_place_even_where_the_original_is_none():
+    class Owner:
+        value = None
+
+    patch = Patch("Owner.value", Owner, "value", lambda current: 1, "why")
+    patch.apply()
+    assert patch.in_place()
+    patch.revert()
+    assert Owner.value is None and not patch.in_place()
+
+
+def test_a_trainers_own_patches_are_listed_with_it_and_reverted_with_the_rest(state):
+    class Trainer:
+        def step(self):
+            return "own"
+
+    trainer = Trainer()
+    registry.apply_to_trainer(trainer, [Patch("step", trainer, "step", lambda current: lambda: "patched", "why")])
+    assert trainer.step() == "patched"
+    label = f"Trainer at {id(trainer):#x}:"
+    assert [name for name, _ in registry.applied()] == [f"{label} step"]
+    registry.revert_all()
+    assert trainer.step() == "own" and registry.applied() == [] and registry.TRAINER_PATCHES not in vars(trainer)
