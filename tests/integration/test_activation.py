@@ -195,3 +195,8 @@ def test_the_readme_lists_every_patch_of_every_set_with_its_reason():
         "switched off": patches.flags_only(patches.Release(patches.DISABLED, modules[0], disabled_by="test")),
     }
     assert {where: [(p.name, p.why) for p in found] for where, found in built.items()} == documented
+
+
+def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin):
+    for field in config.FIELDS:
+        assert getattr(DiffusionConfig, field) is None and DiffusionConfig.__dataclass_fields__[field].default is None

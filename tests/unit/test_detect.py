@@ -124,3 +124,20 @@ def test_a_release_with_neither_loss_names_every_piece_of_both():
     del masked.F, masked.response_mask
     assert detect.recognise(trainer, masked, profiles) == (
         None, ["unsloth.models.diffusion_masked." + n for n in dict.fromkeys(detect.CHUNKED_NAMES + detect.DENSE_NAMES)])
+
+
+def test_a_release_with_part_of_a_loss_names_only_what_is_missing():
+    trainer, masked, profiles = release("chunked")
+    del masked.compile_loss
+    assert detect.recognise(trainer, masked, profiles) == (
+        None, ["unsloth.models.diffusion_masked.compile_loss", "unsloth.models.diffusion_masked.F"])
+
+
+@pytest.mark.parametrize("shape", ["chunked", "native"])
+def test_a_profile_class_that_is_not_a_dataclass_is_named_not_crashed_on(shape):
+    trainer, masked, profiles = release(shape)
+    plain = type("MaskedDiffusionProfile", (), {k: v for k, v in vars(masked.MaskedDiffusionProfile).items()
+                                                 if k not in ("__dataclass_fields__", "__dict__", "__weakref__")})
+    masked.MaskedDiffusionProfile = plain
+    shape_found, missing = detect.recognise(trainer, masked, profiles)
+    assert shape_found is None and "MaskedDiffusionProfile.loss_normalization" in missing

@@ -40,3 +40,42 @@ def test_native_opt_in_keeps_upstreams_count_so_tensor_parallel_is_not_counted_t
         compositions.append(scale / (sum(gathered) // replicas))  # loss factor / the window's count
     dp = processes // config.tp_size  # gradients average over the data-parallel ranks
     assert compositions[0] == compositions[1] == dp / sum(shards)
+
+
+def trainer_on(processes, layout=None, average=True, rank=0):
+    """A trainer as data_parallel_rule sees it: its arguments and its accelerator, whose gather hands back
+    every process's count (the other ranks' made up here as rank + 1, rank + 2, ...)."""
+    import torch
+    from types import SimpleNamespace
+
+    def gather(count):
+        return torch.cat([count + r for r in range(processes)])
+
+    args = SimpleNamespace(average_tokens_across_devices=average, world_size=processes)
+    accelerator = SimpleNamespace(num_processes=processes, gather=gather,
+                                  parallelism_config=None if layout is None else ParallelismConfig(**layout))
+    return SimpleNamespace(args=args, accelerator=accelerator)
+
+
+def test_the_rule_bound_to_a_trainer_gathers_once_and_counts_each_batch_once():
+    import torch
+
+    from unsloth_diffusion_norm.window import data_parallel_rule
+
+    reduce, scale = data_parallel_rule(trainer_on(4, dict(dp_shard_size=2, tp_size=2)))
+    assert scale == 2 and reduce(torch.tensor(10)) == (10 + 11 + 12 + 13) // 2
+    reduce, scale = data_parallel_rule(trainer_on(4, dict(dp_shard_size=2, tp_size=2)), upstream=True)
+    assert scale == 4 and reduce(torch.tensor(10)) == 10 + 11 + 12 + 13
+    reduce, scale = data_parallel_rule(trainer_on(2, average=False))  # rank-local, as asked: no collective
+    assert scale == 1 and reduce(torch.tensor(10)) == 10
+
+
+def test_a_window_that_runs_out_of_data_keeps_what_it_got_in_order():
+    from types import SimpleNamespace
+
+    from unsloth_diffusion_norm.window import SLOT, fetch
+
+    trainer = SimpleNamespace(_prepare_inputs=lambda inputs: {**inputs, "prepared": True})
+    batches = fetch(trainer, iter([{"x": 1}, {"x": 2}]), 3)  # a stream's last, partial window
+    assert batches == [{"x": 1, "prepared": True, SLOT: 0}, {"x": 2, "prepared": True, SLOT: 1}]
+    assert fetch(trainer, iter([]), 2) == []
