@@ -21,6 +21,7 @@ killed / (all - equivalent).
 """
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import os
@@ -166,7 +167,8 @@ def legs(args):
     import matrix
 
     for name in LEGS:
-        leg = next(l for l in matrix.LEGS if l.name == name)
+        # DeepSpeed is not needed here (the launched-rank tiers are not part of a leg's mutation run).
+        leg = dataclasses.replace(next(l for l in matrix.LEGS if l.name == name), sharded=False)
         where, log = os.path.join(ROOT, ".matrix", name), os.path.join(ROOT, ".matrix", name + ".mutation.log")
         if not matrix.build(leg, where, log):
             sys.exit(f"could not build {name}: see {log}")

@@ -65,3 +65,45 @@ def test_native_default_is_not_resume_exact_and_the_opt_in_draws_the_same_masks(
     for a, b in zip(own.windows, deferred.windows):
         assert a.logged_loss == b.logged_loss
         assert all(torch.equal(a.params_after[n], b.params_after[n]) for n in a.params_after)
+
+
+def _nemotron(**changes):
+    import dataclasses
+
+    from unsloth.models.diffusion_profiles import diffusion_profiles
+
+    profile = next(p for p in diffusion_profiles() if p.name == "nemotron_labs_diffusion")
+    return dataclasses.replace(profile, **changes) if changes else profile
+
+
+@pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
+@pytest.mark.parametrize("variant", ["no attention mask", "padding attended, no EOS fill", "eps and mask id set"])
+def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path, variant):
+    """Outside a training window (evaluation, a user's own call) the patched profile draws and divides as the
+    release does: the same loss and metrics, bit for bit, for inputs the training cases never send."""
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    from unsloth_diffusion_norm.verify.fixtures import load_model
+
+    model, _ = load_model()
+    ids = torch.tensor([[10, 11, 30, 31, 32, 33], [10, 11, 40, 41, 1, 1]])
+    inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
+              "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])}
+    settings, changes = {}, {}
+    if variant == "no attention mask":
+        del inputs["attention_mask"]
+    elif variant == "padding attended, no EOS fill":
+        changes = {"pad_with_eos": False}
+    else:
+        settings = {"diffusion_eps": 0.25, "diffusion_mask_token_id": 3}
+    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
+
+    def call():
+        torch.manual_seed(7)
+        loss, _, metrics = _nemotron(**changes).compute_loss(model, dict(inputs), args)
+        return loss.detach(), {k: float(v) for k, v in metrics.items()}
+
+    patched = call()
+    with unsloth_diffusion_norm.unpatched():
+        own = call()
+    assert torch.equal(patched[0], own[0]) and patched[1] == own[1] and patched[0] > 0

@@ -13,6 +13,7 @@ from unsloth_diffusion_norm.window import counting_rule
     [
         (True, 1, None, (None, 1)),  # one process: its own count
         (False, 4, None, (None, 1)),  # rank-local, as asked
+        (True, 2, None, (1, 2)),  # two ranks: the smallest data parallel
         (True, 4, None, (1, 4)),  # plain DDP: sum over ranks, undo the gradient average
         (True, 4, dict(dp_shard_size=2, tp_size=2), (2, 2)),  # TP pairs hold one batch: count it once
         (True, 4, dict(dp_shard_size=2, cp_size=2), (2, 4)),  # CP ranks share a batch, gradients average over them
@@ -79,3 +80,14 @@ def test_a_window_that_runs_out_of_data_keeps_what_it_got_in_order():
     batches = fetch(trainer, iter([{"x": 1}, {"x": 2}]), 3)  # a stream's last, partial window
     assert batches == [{"x": 1, "prepared": True, SLOT: 0}, {"x": 2, "prepared": True, SLOT: 1}]
     assert fetch(trainer, iter([]), 2) == []
+
+
+def test_an_accelerator_without_parallelism_config_is_plain_data_parallel():
+    import torch
+
+    from unsloth_diffusion_norm.window import data_parallel_rule
+
+    trainer = trainer_on(2)
+    del trainer.accelerator.parallelism_config  # accelerate before ParallelismConfig existed
+    reduce, scale = data_parallel_rule(trainer)
+    assert scale == 2 and reduce(torch.tensor(3)) == 3 + 4
