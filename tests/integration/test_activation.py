@@ -200,3 +200,23 @@ def test_the_readme_lists_every_patch_of_every_set_with_its_reason():
 def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin):
     for field in config.FIELDS:
         assert getattr(DiffusionConfig, field) is None and DiffusionConfig.__dataclass_fields__[field].default is None
+
+
+@native_only
+def test_the_readme_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release(plugin):
+    import pathlib
+
+    from unsloth_diffusion_norm.verify import experiment, fixtures
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    block = text[text.index("<!-- trainer patches: start"):text.index("<!-- trainer patches: end -->")]
+    documented = {}
+    for line in block.splitlines()[3:]:
+        flag, name, why = [cell.strip().strip("`") for cell in line.strip("|").split("|")]
+        documented.setdefault(flag, []).append((name, why))
+    for flag, rows in documented.items():
+        field, value = flag.split("=")
+        trainer = experiment.build([fixtures.Example([10], [20, 21])], record=False, **{field: value.strip('"')}).trainer
+        label = f"DiffusionTrainer at {id(trainer):#x}: "
+        own = [(name[len(label):], why) for name, why in unsloth_diffusion_norm.status().patches if name.startswith(label)]
+        assert own == rows, flag
