@@ -279,6 +279,8 @@ def flags_only(release):
 def _native_trainer_init(release, wrapped, trainer, pos, kwargs):
     wrapped(*pos, **kwargs)
     _check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
+    if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
+        return  # _check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
     if any(getattr(trainer.args, field, None) is not None for field in config.FIELDS):
         registry.apply_to_trainer(trainer, trainer_patches(release, trainer))
     # else the defaults: Unsloth's own trainer, untouched

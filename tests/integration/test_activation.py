@@ -104,21 +104,49 @@ def test_config_field_validates_and_round_trips(plugin, tmp_path):
         DiffusionConfig(output_dir=str(tmp_path), diffusion_loss_normalization="global", **CPU)
 
 
-def test_window_flag_on_a_non_masked_profile_is_refused_at_construction(plugin, tmp_path):
+def _construct(tmp_path, profile, **flags):
     from datasets import Dataset
 
     from unsloth_diffusion_norm.verify import fixtures
 
-    block = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
     model, tokenizer = fixtures.load_model()
-    args = DiffusionConfig(
-        output_dir=str(tmp_path), diffusion_loss_normalization="window", bf16=False, use_cpu=True,
-        report_to=[], max_length=None,
-    )
+    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, use_cpu=True, report_to=[], max_length=None, **flags)
     data = Dataset.from_list([fixtures.Example([10], [20]).row()])
-    with pytest.raises(ValueError, match="window normalization is implemented for the masked-diffusion"):
-        DiffusionTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                         diffusion_profile=block)
+    return DiffusionTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                            diffusion_profile=profile)
+
+
+BLOCK = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    ({}, None),  # no flag: the release's own block-diffusion run
+    ({"diffusion_loss_normalization": "microbatch"}, None),
+    ({"diffusion_loss_normalization": "window"},
+     "unsloth_diffusion_norm: diffusion_loss_normalization='window': window normalization is implemented for the "
+     "masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {name!r}. Use None or 'microbatch'."),
+    ({"diffusion_noise": "per_sample"},
+     "unsloth_diffusion_norm: diffusion_noise='per_sample' is implemented for the masked-diffusion profiles, not "
+     "for {name!r}. Leave it at None."),
+])
+def test_a_flag_a_non_masked_profile_cannot_honour_is_refused_at_construction(plugin, tmp_path, flags, refusal):
+    if refusal is None:
+        assert _construct(tmp_path, BLOCK, **flags).diffusion_profile.name == BLOCK.name
+        return
+    with pytest.raises(ValueError) as refused:
+        _construct(tmp_path, BLOCK, **flags)
+    assert str(refused.value) == refusal.format(name=BLOCK.name)
+
+
+@patched_only
+def test_per_sample_noise_with_a_profiles_own_other_normalization_is_refused_by_name(plugin, tmp_path):
+    llada = next(p for p in diffusion_profiles() if p.name == "llada")
+    with pytest.raises(ValueError) as refused:
+        _construct(tmp_path, llada, diffusion_noise="per_sample")
+    assert str(refused.value) == (
+        "unsloth_diffusion_norm: diffusion_noise='per_sample' with 'llada''s own 'answer_length' normalization is not "
+        "available on this release; set diffusion_loss_normalization='window' or leave diffusion_noise at None.")
+    assert _construct(tmp_path, llada, diffusion_noise="per_sample", diffusion_loss_normalization="window")
 
 
 def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched(drifted):
