@@ -152,10 +152,12 @@ def test_per_sample_noise_with_a_profiles_own_other_normalization_is_refused_by_
 def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched(drifted):
     owner, piece, saved = drifted
     before = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
-    with pytest.raises(RuntimeError, match=rf"Unsloth 2026\.\d+\.\d+: .*{owner.__name__}\.{piece}"):
+    with pytest.raises(RuntimeError) as refused:
         unsloth_diffusion_norm.apply()
     status = unsloth_diffusion_norm.status()
-    assert status.mode == registry.UNSUPPORTED and piece in status.reason and status.patches == ()
+    reason = f"unrecognised diffusion internals; missing: {owner.__name__}.{piece}"
+    assert str(refused.value) == f"unsloth_diffusion_norm: Unsloth {status.unsloth_version}: {reason}"
+    assert status.mode == registry.UNSUPPORTED and status.reason == reason and status.patches == ()
     after = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
     assert after == before  # all or nothing: not one piece was patched
 
@@ -248,3 +250,38 @@ def test_the_readme_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release
         label = f"DiffusionTrainer at {id(trainer):#x}: "
         own = [(name[len(label):], why) for name, why in unsloth_diffusion_norm.status().patches if name.startswith(label)]
         assert own == rows, flag
+
+
+def test_without_unsloth_apply_says_how_to_install_it(monkeypatch):
+    import sys
+
+    for name in [n for n in sys.modules if n == "unsloth" or n.startswith("unsloth.")]:
+        monkeypatch.delitem(sys.modules, name)
+    class NotInstalled:  # finds no module named unsloth, as when it is not installed
+        def find_spec(self, name, path=None, target=None):
+            if name == "unsloth":
+                raise ModuleNotFoundError("No module named 'unsloth'", name="unsloth")
+
+    monkeypatch.setattr(sys, "meta_path", [NotInstalled(), *sys.meta_path])
+    saved = (registry.STATE.mode, registry.STATE.reason, registry.STATE.patches)
+    registry.STATE.patches = []  # (the process's patches stay applied; apply() must not revert them here)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            unsloth_diffusion_norm.apply()
+        assert str(refused.value) == (
+            "unsloth_diffusion_norm: Unsloth is not installed; install it with: pip install 'unsloth>=2026.10.4'")
+    finally:
+        registry.STATE.mode, registry.STATE.reason, registry.STATE.patches = saved
+
+
+@native_only
+def test_a_native_release_says_why_nothing_on_its_training_path_is_patched(plugin):
+    assert unsloth_diffusion_norm.status().reason == (
+        "this release normalizes by the window natively; its training path is left as it is")
+
+
+@patched_only
+def test_apply_twice_changes_nothing(plugin):
+    before = [(p.name, p.installed) for p in registry.STATE.patches]
+    assert unsloth_diffusion_norm.apply() == unsloth_diffusion_norm.status()
+    assert [(p.name, p.installed) for p in registry.STATE.patches] == before

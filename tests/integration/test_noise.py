@@ -107,3 +107,36 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
     with unsloth_diffusion_norm.unpatched():
         own = call()
     assert torch.equal(patched[0], own[0]) and patched[1] == own[1] and patched[0] > 0
+
+
+@pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
+def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_without_its_slot(plugin, tmp_path):
+    """compute_loss with a window (what get_batch_samples hands Trainer): the loss is S / (the window's
+    count) times the window's data-parallel factor; a micro-batch that bypassed get_batch_samples is refused."""
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    from unsloth_diffusion_norm.verify.fixtures import load_model
+    from unsloth_diffusion_norm.window import SLOT, Window
+
+    model, _ = load_model()
+    ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
+    inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
+              "attention_mask": torch.ones_like(ids)}
+    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True)
+
+    def loss(scale, others=0):  # others: masked tokens of the window's other micro-batches / ranks
+        torch.manual_seed(7)
+        window = Window([inputs], lambda count: count + others, scale)
+        value = _nemotron().compute_loss(model, {**inputs, SLOT: 0}, args, num_items_in_batch=window)[0].detach()
+        return value, int(window.count)
+
+    (one, count), (three, _), (shared, total) = loss(1), loss(3), loss(1, others=5)
+    torch.manual_seed(7)
+    direct = _nemotron().compute_loss(model, dict(inputs), args)[0].detach()
+    assert count > 0 and torch.equal(one, direct)  # one micro-batch, one rank: its own count
+    assert torch.equal(three, one * 3) and total == count + 5
+    assert torch.allclose(shared * total, one * count, rtol=1e-6, atol=0)  # S / (the window's count)
+    with pytest.raises(RuntimeError) as refused:
+        _nemotron().compute_loss(model, dict(inputs), args, num_items_in_batch=Window([inputs], lambda c: c, 1))
+    assert str(refused.value) == ("unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
+                                  "was get_batch_samples bypassed?")
