@@ -1,5 +1,7 @@
 """Noise you can trust: a run resumed from a checkpoint draws the same masks as the uninterrupted run."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -140,3 +142,23 @@ def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_wi
         _nemotron().compute_loss(model, dict(inputs), args, num_items_in_batch=Window([inputs], lambda c: c, 1))
     assert str(refused.value) == ("unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
                                   "was get_batch_samples bypassed?")
+
+
+@pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
+def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, tmp_path):
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    from unsloth_diffusion_norm.verify.fixtures import load_model
+
+    model, _ = load_model()
+    ids = torch.tensor([[10, 11, 30, 31]])
+    inputs = {"input_ids": ids, "labels": ids, "attention_mask": torch.ones_like(ids)}
+    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True,
+                           diffusion_time_weighting="linear")
+    messages = []
+    for context in (contextlib.nullcontext, unsloth_diffusion_norm.unpatched):
+        with context(), pytest.raises(ValueError) as refused:
+            _nemotron().compute_loss(model, dict(inputs), args)
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] == (
+        "Unsloth: nemotron_labs_diffusion does not support diffusion_time_weighting='linear'.")
