@@ -120,9 +120,11 @@ def run(args):
     started = time.time()
     names = []
     out = os.path.join(RESULTS, f"results-{args.label}.json")
-    before = json.load(open(out))["mutants"] if args.again else {}
+    before = json.load(open(out))["mutants"] if args.again and os.path.exists(out) else {}
     if args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
-        names = sorted(m for m, r in before.items() if r["fate"] in ("survived", "no tests"))
+        alive = {m: r["fate"] for m, r in before.items()} or {m: "alive" for m, c in mutmut_results().items()
+                                                              if c in (0, 33, None)}
+        names = sorted(m for m, fate in alive.items() if fate in ("survived", "no tests", "alive"))
         print(f"pass 1 on {args.label}: the {len(names)} mutants the last run left alive", flush=True)
     elif args.untested_from:
         names = sorted(m for m, r in merged(args.untested_from).items() if r["fate"] == "no tests")
@@ -131,11 +133,14 @@ def run(args):
                           cwd=WORK, env=env).returncode
     if code != 0:
         sys.exit(f"mutmut run failed (exit {code})")
-    pass1 = mutmut_results()
-    if names:
+    pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
+    if args.untested_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}
-    results = {**before, **{m: {"pass": 1, "code": c, "fate": KILLED.get(c, "survived" if c == 0 else "no tests" if c == 33
-                                                         else f"exit {c}")} for m, c in pass1.items()}}
+    results = {m: {"pass": 1, "code": c, "fate": KILLED.get(c, "survived" if c == 0 else "no tests" if c == 33
+                                                           else f"exit {c}")} for m, c in pass1.items()}
+    for mutant, r in before.items():  # the last run's pass-2 kills stand (tests were only added since)
+        if r["pass"] == 2 and r["fate"] == "killed" and results.get(mutant, {}).get("fate") in ("survived", "no tests"):
+            results[mutant] = r
     first = time.time() - started
 
     # Pass 2: first make sure the switch reaches fresh interpreters at all ("fail" fails every trampoline).
@@ -314,7 +319,8 @@ def main(argv=None):
     r.add_argument("--label", required=True, help="names the result file, e.g. unsloth-2026.10.6")
     r.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     r.add_argument("--untested-from", nargs="+", help="only the mutants no test reached in these runs (labels)")
-    r.add_argument("--again", action="store_true", help="rerun only what this label's last run left alive")
+    r.add_argument("--again", action="store_true", help="rerun only what this label's last run (or mutmut's own "
+                   "results, before a first report) left alive")
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)

@@ -69,17 +69,22 @@ def test_native_default_is_not_resume_exact_and_the_opt_in_draws_the_same_masks(
         assert all(torch.equal(a.params_after[n], b.params_after[n]) for n in a.params_after)
 
 
-def _nemotron(**changes):
+def _profile(name, **changes):
     import dataclasses
 
     from unsloth.models.diffusion_profiles import diffusion_profiles
 
-    profile = next(p for p in diffusion_profiles() if p.name == "nemotron_labs_diffusion")
+    profile = next(p for p in diffusion_profiles() if p.name == name)
     return dataclasses.replace(profile, **changes) if changes else profile
 
 
+def _nemotron(**changes):
+    return _profile("nemotron_labs_diffusion", **changes)
+
+
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
-@pytest.mark.parametrize("variant", ["no attention mask", "padding attended, no EOS fill", "eps and mask id set"])
+@pytest.mark.parametrize("variant", ["no attention mask", "padding attended, no EOS fill", "eps and mask id set",
+                                     "a padded row without an answer", "a head with a bias", "dream, shifted logits"])
 def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path, variant):
     """Outside a training window (evaluation, a user's own call) the patched profile draws and divides as the
     release does: the same loss and metrics, bit for bit, for inputs the training cases never send."""
@@ -91,18 +96,26 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
     ids = torch.tensor([[10, 11, 30, 31, 32, 33], [10, 11, 40, 41, 1, 1]])
     inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
               "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])}
-    settings, changes = {}, {}
+    settings, changes, name = {}, {}, "nemotron_labs_diffusion"
     if variant == "no attention mask":
         del inputs["attention_mask"]
     elif variant == "padding attended, no EOS fill":
         changes = {"pad_with_eos": False}
-    else:
+    elif variant == "eps and mask id set":
         settings = {"diffusion_eps": 0.25, "diffusion_mask_token_id": 3}
+    elif variant == "a padded row without an answer":  # its EOS tail is not maskable; the other row's is
+        inputs["labels"] = torch.stack([inputs["labels"][0], torch.full((6,), -100)])
+        inputs["attention_mask"] = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0]])
+    elif variant == "a head with a bias":
+        head = model.get_output_embeddings()
+        head.bias = torch.nn.Parameter(torch.linspace(-1, 1, head.out_features))
+    else:  # Dream shifts its logits; the flag routes it through the plugin's loss
+        name, settings = "dream", {"diffusion_loss_normalization": "window"}
     args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
 
     def call():
         torch.manual_seed(7)
-        loss, _, metrics = _nemotron(**changes).compute_loss(model, dict(inputs), args)
+        loss, _, metrics = _profile(name, **changes).compute_loss(model, dict(inputs), args)
         return loss.detach(), {k: float(v) for k, v in metrics.items()}
 
     patched = call()
@@ -162,3 +175,39 @@ def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, tmp
         messages.append(str(refused.value))
     assert messages[0] == messages[1] == (
         "Unsloth: nemotron_labs_diffusion does not support diffusion_time_weighting='linear'.")
+
+
+@pytest.mark.parametrize("keys", [None, "per-sample"])
+def test_the_noise_is_drawn_on_the_batchs_device(plugin, keys):
+    """Every noise tensor lives where the batch does (here the meta device: no data, only placement)."""
+    from unsloth.models.diffusion_masked import response_mask
+
+    from unsloth_diffusion_norm import noise, per_sample
+    from unsloth_diffusion_norm.verify.fixtures import load_model
+
+    model, _ = load_model()
+    ids = torch.tensor([[10, 11, 30, 31], [10, 11, 40, 1]], device="meta")
+    inputs = {"input_ids": ids, "labels": ids, "attention_mask": torch.ones(2, 4, dtype=torch.long, device="meta")}
+    if keys:  # (no attention mask: the per-sample draws read the mask on the CPU, and a meta tensor has none)
+        del inputs["attention_mask"]
+        inputs[per_sample.KEYS] = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
+    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
+    assert {t.device.type for t in (drawn.input_ids, drawn.maskable, drawn.masked, drawn.p_mask)} == {"meta"}
+
+
+def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(plugin):
+    """Left padding: a row's own tokens still take its generator's first draws (the oracle replays it so)."""
+    from unsloth.models.diffusion_masked import response_mask
+
+    from unsloth_diffusion_norm import noise, per_sample
+    from unsloth_diffusion_norm.verify import oracle
+    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS, load_model
+
+    model, _ = load_model()
+    ids = torch.tensor([[1, 1, 10, 30, 31, 32], [10, 11, 40, 41, 42, 43]])
+    keys = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
+    inputs = {"input_ids": ids, "labels": torch.where(ids == 1, -100, ids), per_sample.KEYS: keys,
+              "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])}
+    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
+    replayed = oracle.replay_noise([{**inputs, "keys": keys}], torch.get_rng_state(), EPS, EOS_ID)[0]
+    assert torch.equal(drawn.masked, replayed.masked) and torch.equal(drawn.p_mask, replayed.p_mask)
