@@ -1,12 +1,12 @@
 """Mutation testing of the core (the runtime room): does the suite fail when the code is wrong?
 
     python scripts/mutation.py run --label unsloth-2026.10.6   # pass 1 + pass 2 in this environment
-    python scripts/mutation.py legs                            # the other code shapes' legs: what no test reached here
+    python scripts/mutation.py legs                            # the other code shapes' legs: what is alive here
     python scripts/mutation.py report                          # mutation/report.md from every result file
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
-mutants no test reached on the first. Takes about an hour on 2 cores; not part of CI.
+mutants the first left alive. Takes about an hour on 2 cores; not part of CI.
 
 Pass 1 is mutmut (config in pyproject.toml): it copies the package to mutants/, compiles every mutant of the
 core in behind a switch, maps each test to the functions it calls, and runs, per mutant, the tests of its
@@ -126,15 +126,16 @@ def run(args):
                                                               if c in (0, 33, None)}
         names = sorted(m for m, fate in alive.items() if fate in ("survived", "no tests", "alive"))
         print(f"pass 1 on {args.label}: the {len(names)} mutants the last run left alive", flush=True)
-    elif args.untested_from:
-        names = sorted(m for m, r in merged(args.untested_from).items() if r["fate"] == "no tests")
-        print(f"pass 1 on {args.label}: the {len(names)} mutants no test reached there", flush=True)
+    elif args.alive_from:  # what another release's run left alive, less what is known to be equivalent
+        said = equivalents()
+        names = sorted(m for m, r in merged(args.alive_from).items() if not r["killed"] and m not in said)
+        print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
     code = subprocess.run([python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *names],
                           cwd=WORK, env=env).returncode
     if code != 0:
         sys.exit(f"mutmut run failed (exit {code})")
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
-    if args.untested_from:  # a leg answers only for what it was given
+    if args.alive_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}
     results = {m: {"pass": 1, "code": c, "fate": KILLED.get(c, "survived" if c == 0 else "no tests" if c == 33
                                                            else f"exit {c}")} for m, c in pass1.items()}
@@ -161,8 +162,8 @@ def run(args):
     print(f"wrote {os.path.relpath(out, ROOT)} ({round(time.time() - started)} s)")
 
 
-# The other code shapes, each on its leg of scripts/matrix.py: the mutants no test reached on the first run
-# (the dense loss, the native and the disabled patch sets) run there.
+# The other code shapes, each on its leg of scripts/matrix.py: the mutants the first run left alive (above
+# all the dense loss and the native patch set, which no test reaches on 2026.10.6) run there.
 LEGS = ["unsloth-2026.10.4-transformers-5.17.0-trl-1.15.0", "unsloth-2026.10.9-transformers-5.17.0-trl-1.15.0"]
 FIRST = "unsloth-2026.10.6"  # `make mutation`'s run in .venv
 
@@ -192,7 +193,7 @@ def legs(args):
         label = "unsloth-" + leg.unsloth
         code = subprocess.run([python, os.path.join(ROOT, "scripts", "mutation.py"), "run", "--python", python,
                                "--label", label, "--workdir", work, "--jobs", str(args.jobs),
-                               "--untested-from", FIRST]).returncode
+                               "--alive-from", FIRST]).returncode
         if code != 0:
             sys.exit(f"the mutation run on {name} failed (exit {code})")
 
@@ -318,7 +319,7 @@ def main(argv=None):
     r.add_argument("--python", help="the environment's python (default: this one)")
     r.add_argument("--label", required=True, help="names the result file, e.g. unsloth-2026.10.6")
     r.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    r.add_argument("--untested-from", nargs="+", help="only the mutants no test reached in these runs (labels)")
+    r.add_argument("--alive-from", nargs="+", help="only the mutants these runs left alive (labels)")
     r.add_argument("--again", action="store_true", help="rerun only what this label's last run (or mutmut's own "
                    "results, before a first report) left alive")
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")

@@ -163,10 +163,11 @@ def test_switched_off_the_trainer_hook_accepts_the_flags_and_refuses_a_set_one(s
     activation._on_trainer_module(module)
     assert state.unsloth_version == detect.unsloth_version()
     assert [p.name for p in state.patches][0] == "DiffusionTrainer.__init__" and len(state.patches) == 8
-    module.DiffusionTrainer(module.DiffusionConfig())  # flags at their defaults: the release's own run
+    module.DiffusionTrainer(args=module.DiffusionConfig())  # flags at their defaults: the release's own run
+    module.DiffusionTrainer(args=SimpleNamespace())  # arguments of another kind carry no flag to refuse
     args = module.DiffusionConfig(diffusion_noise="per_sample")
     with pytest.raises(ValueError) as refused:
-        module.DiffusionTrainer(args)
+        module.DiffusionTrainer(args=args)
     assert str(refused.value) == (
         "unsloth_diffusion_norm: the plugin is turned off (UNSLOTH_DIFFUSION_NORM=0), so diffusion_noise='per_sample' "
         "cannot be honoured. Unset UNSLOTH_DIFFUSION_NORM (or set it to 1) to use the flag, or leave the flag at None."
@@ -188,7 +189,7 @@ def test_switched_off_with_nothing_that_takes_the_flags_nothing_is_patched(state
         module.DiffusionConfig = type("DiffusionConfig", (), {})
     state.mode, state.patches = registry.DISABLED, []
     activation._on_trainer_module(module)
-    assert state.patches == []
+    assert state.patches == [] and state.mode == registry.DISABLED  # quietly: nothing failed on the way
 
 
 def test_after_unpatch_the_trainer_hook_leaves_the_release_alone(state):
@@ -313,3 +314,11 @@ def test_unpatch_says_how_to_undo_it_and_keeps_a_diagnosis(state):
     for mode in (registry.UNSUPPORTED, registry.BROKEN):  # nothing was patched: the diagnosis stays
         state.mode, state.reason = mode, "the diagnosis"
         assert (unsloth_diffusion_norm.unpatch().mode, state.reason) == (mode, "the diagnosis")
+
+
+def test_a_trainer_without_a_profile_or_arguments_yet_does_not_use_the_window():
+    """Trainer reads model_accepts_loss_kwargs while it is being built, before Unsloth sets the profile."""
+    from unsloth_diffusion_norm import patches
+
+    assert patches.uses_window(SimpleNamespace()) is False
+    assert patches.uses_window(SimpleNamespace(diffusion_profile=SimpleNamespace())) is False
