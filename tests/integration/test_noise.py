@@ -84,7 +84,8 @@ def _nemotron(**changes):
 
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
 @pytest.mark.parametrize("variant", ["no attention mask", "padding attended, no EOS fill", "eps and mask id set",
-                                     "a padded row without an answer", "a head with a bias", "dream, shifted logits"])
+                                     "a padded row without an answer", "a head with a bias", "one answer token",
+                                     "dream, shifted logits"])
 def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path, variant):
     """Outside a training window (evaluation, a user's own call) the patched profile draws and divides as the
     release does: the same loss and metrics, bit for bit, for inputs the training cases never send."""
@@ -99,8 +100,8 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
     settings, changes, name = {}, {}, "nemotron_labs_diffusion"
     if variant == "no attention mask":
         del inputs["attention_mask"]
-    elif variant == "padding attended, no EOS fill":
-        changes = {"pad_with_eos": False}
+    elif variant == "padding attended, no EOS fill":  # (eps 0.9: nearly every answer token masked, both rows')
+        changes, settings = {"pad_with_eos": False}, {"diffusion_eps": 0.9}
     elif variant == "eps and mask id set":
         settings = {"diffusion_eps": 0.25, "diffusion_mask_token_id": 3}
     elif variant == "a padded row without an answer":  # its EOS tail is not maskable; the other row's is
@@ -109,8 +110,11 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
     elif variant == "a head with a bias":
         head = model.get_output_embeddings()
         head.bias = torch.nn.Parameter(torch.linspace(-1, 1, head.out_features))
-    else:  # Dream shifts its logits; the flag routes it through the plugin's loss
-        name, settings = "dream", {"diffusion_loss_normalization": "window"}
+    elif variant == "one answer token":  # the metrics' denominators at their floor
+        inputs["labels"] = torch.full_like(ids, -100).index_put_((torch.tensor([0]), torch.tensor([5])), ids[0, 5])
+        settings = {"diffusion_eps": 0.9}
+    else:  # Dream shifts its logits; the flag routes it through the plugin's loss (eps 0.9: the last token too)
+        name, settings = "dream", {"diffusion_loss_normalization": "window", "diffusion_eps": 0.9}
     args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
 
     def call():
