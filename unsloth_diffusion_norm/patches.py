@@ -239,7 +239,7 @@ def _check_flags(trainer, MaskedDiffusionProfile):
         return
     if config.effective(profile, args) == config.WINDOW:
         raise ValueError(
-            f"unsloth_diffusion_norm: {config.FIELD}={getattr(args, config.FIELD)!r}: window normalization is implemented for the "
+            f"unsloth_diffusion_norm: {config.FIELD}={getattr(args, config.FIELD, None)!r}: window normalization is implemented for the "
             f"masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
             f"Use None or 'microbatch'."
         )

@@ -228,6 +228,8 @@ def test_the_readme_lists_every_patch_of_every_set_with_its_reason():
 
 
 def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin):
+    with unsloth_diffusion_norm.unpatched():  # applied afresh on the way out: what apply() builds now is checked
+        pass
     for field in config.FIELDS:
         assert getattr(DiffusionConfig, field) is None and DiffusionConfig.__dataclass_fields__[field].default is None
 
@@ -244,6 +246,8 @@ def test_the_readme_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release
     for line in block.splitlines()[3:]:
         flag, name, why = [cell.strip().strip("`") for cell in line.strip("|").split("|")]
         documented.setdefault(flag, []).append((name, why))
+    with unsloth_diffusion_norm.unpatched():  # applied afresh on the way out: the trainers get what apply() builds now
+        pass
     for flag, rows in documented.items():
         field, value = flag.split("=")
         trainer = experiment.build([fixtures.Example([10], [20, 21])], record=False, **{field: value.strip('"')}).trainer
@@ -285,3 +289,39 @@ def test_apply_twice_changes_nothing(plugin):
     before = [(p.name, p.installed) for p in registry.STATE.patches]
     assert unsloth_diffusion_norm.apply() == unsloth_diffusion_norm.status()
     assert [(p.name, p.installed) for p in registry.STATE.patches] == before
+
+
+def test_status_names_the_shape_and_what_a_run_gets_by_default(plugin):
+    from unsloth_diffusion_norm import activation, detect
+
+    status = unsloth_diffusion_norm.status()
+    shapes = {registry.PATCHED: (detect.DENSE, detect.CHUNKED), registry.NATIVE: (detect.NATIVE,)}[MODE]
+    assert status.shape in shapes and status.defaults == activation.DEFAULTS[MODE]
+    with unsloth_diffusion_norm.unpatched() as inside:
+        assert inside.defaults is None
+
+
+def test_a_release_without_the_diffusion_trainer_module_is_named_unsupported(monkeypatch):
+    import sys
+
+    from unsloth_diffusion_norm.activation import DIFFUSION_MODULES, TRAINER_MODULE
+
+    class Missing:  # a release before masked diffusion: the module is not there
+        def find_spec(self, name, path=None, target=None):
+            if name == TRAINER_MODULE:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    for name in (TRAINER_MODULE, *DIFFUSION_MODULES):
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Missing(), *sys.meta_path])
+    saved = (registry.STATE.mode, registry.STATE.reason, registry.STATE.patches, registry.STATE.shape)
+    registry.STATE.patches = []  # (the process's patches stay applied; apply() must not revert them here)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            unsloth_diffusion_norm.apply()
+        reason = f"it has no masked-diffusion training (No module named '{TRAINER_MODULE}')"
+        assert registry.STATE.reason == reason and registry.STATE.mode == registry.UNSUPPORTED
+        assert str(refused.value) == f"unsloth_diffusion_norm: Unsloth {registry.STATE.unsloth_version}: {reason}"
+        assert registry.STATE.unsloth_version and registry.STATE.unsloth_version.startswith("2026.")
+    finally:
+        registry.STATE.mode, registry.STATE.reason, registry.STATE.patches, registry.STATE.shape = saved

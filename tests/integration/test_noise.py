@@ -146,14 +146,15 @@ def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_wi
     def loss(scale, others=0):  # others: masked tokens of the window's other micro-batches / ranks
         torch.manual_seed(7)
         window = Window([inputs], lambda count: count + others, scale)
-        value = _nemotron().compute_loss(model, {**inputs, SLOT: 0}, args, num_items_in_batch=window)[0].detach()
-        return value, int(window.count)
+        result = _nemotron().compute_loss(model, {**inputs, SLOT: 0}, args, num_items_in_batch=window)
+        assert len(result) == 3 and result[1] is None and set(result[2]) == {"masked_fraction", "masked_ce"}
+        return result[0].detach(), int(window.count)
 
-    (one, count), (three, _), (shared, total) = loss(1), loss(3), loss(1, others=5)
+    (one, count), (three, _), (shared, total) = loss(1), loss(2), loss(1, others=5)
     torch.manual_seed(7)
     direct = _nemotron().compute_loss(model, dict(inputs), args)[0].detach()
     assert count > 0 and torch.equal(one, direct)  # one micro-batch, one rank: its own count
-    assert torch.equal(three, one * 3) and total == count + 5
+    assert torch.equal(three, one * 2) and total == count + 5
     assert torch.allclose(shared * total, one * count, rtol=1e-6, atol=0)  # S / (the window's count)
     with pytest.raises(RuntimeError) as refused:
         _nemotron().compute_loss(model, dict(inputs), args, num_items_in_batch=Window([inputs], lambda c: c, 1))

@@ -66,7 +66,10 @@ def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
 def test_per_sample_noise_matches_oracle(case, plugin):
     """The oracle draws each row from its own generator too; the trainer must agree with it."""
     spec = dict(CASES[case])
-    for i, verdict in enumerate(run_case(diffusion_noise="per_sample", **spec)):
+    run = experiment.train(diffusion_noise="per_sample", **spec)
+    assert all(batch.get("keys") is not None for w in run.windows for batch in w.batches)  # really per sample
+    for i, window in enumerate(run.windows):
+        verdict = judge(run, window)
         assert verdict.ok, f"{case} window {i}: {verdict}"
 
 
@@ -131,10 +134,11 @@ def test_microbatch_flag_reproduces_the_old_run_bitwise(trainer_stack):
         assert all(torch.equal(ours.params_after[n], theirs.params_after[n]) for n in ours.params_after)
 
 
-def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack):
+@pytest.mark.parametrize("name", ["dream", "llada"])  # masked tokens / answer length, per micro-batch
+def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack, name):
     from unsloth.models.diffusion_profiles import diffusion_profiles
 
-    dream = next(p for p in diffusion_profiles() if p.name == "dream")
+    dream = next(p for p in diffusion_profiles() if p.name == name)
     results = []
     unsloth_diffusion_norm.apply()
     results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))

@@ -131,3 +131,12 @@ def test_a_trainers_own_patches_are_listed_with_it_and_reverted_with_the_rest(st
     assert [name for name, _ in registry.applied()] == [f"{label} step"]
     registry.revert_all()
     assert trainer.step() == "own" and registry.applied() == [] and registry.TRAINER_PATCHES not in vars(trainer)
+
+
+def test_applied_lists_the_process_wide_patches_then_each_trainers(state):
+    Owner = make_classes()
+    process_wide = Patch("Owner.own", Owner, "own", lambda current: current, "why")
+    registry.apply_all([process_wide])
+    trainer = make_classes()()
+    registry.apply_to_trainer(trainer, [Patch("value", trainer, "value", lambda current: 2, "why")])
+    assert [name for name, _ in registry.applied()] == ["Owner.own", f"Owner at {id(trainer):#x}: value"]
