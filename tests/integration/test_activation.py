@@ -204,19 +204,26 @@ def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
     assert not any(name.startswith("DiffusionTrainer at ") for name, _ in unsloth_diffusion_norm.status().patches)
 
 
+def readme_table(marker):
+    """The rows of the README table between `<!-- {marker}: start` and `<!-- {marker}: end -->`, as cells
+    with the code quotes taken off."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    block = text[text.index(f"<!-- {marker}: start"):text.index(f"<!-- {marker}: end -->")]
+    return [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in block.splitlines()[3:]]
+
+
 def test_the_readme_lists_every_patch_of_every_set_with_its_reason():
     """README "Every patch, where it goes and why" is what the code builds, row for row, for each of the
     three patch sets (built here without applying them; the real release's modules are their owners)."""
     import importlib
-    import pathlib
 
     from unsloth_diffusion_norm import detect, patches
     from unsloth_diffusion_norm.activation import DIFFUSION_MODULES, TRAINER_MODULE
 
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    block = text[text.index("<!-- patches: start"):text.index("<!-- patches: end -->")]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[3:]]
-    documented = {where: [(name.strip("`"), why) for w, name, why in rows if w in (where, "every one of the three")]
+    rows = readme_table("patches")
+    documented = {where: [(name, why) for w, name, why in rows if w in (where, "every one of the three")]
                   for where in ("2026.10.4–.6", "2026.10.7+", "switched off")}
     modules = [importlib.import_module(n) for n in (TRAINER_MODULE, *DIFFUSION_MODULES)]
     built = {
@@ -236,15 +243,10 @@ def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin
 
 @native_only
 def test_the_readme_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release(plugin):
-    import pathlib
-
     from unsloth_diffusion_norm.verify import experiment, fixtures
 
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    block = text[text.index("<!-- trainer patches: start"):text.index("<!-- trainer patches: end -->")]
     documented = {}
-    for line in block.splitlines()[3:]:
-        flag, name, why = [cell.strip().strip("`") for cell in line.strip("|").split("|")]
+    for flag, name, why in readme_table("trainer patches"):
         documented.setdefault(flag, []).append((name, why))
     with unsloth_diffusion_norm.unpatched():  # applied afresh on the way out: the trainers get what apply() builds now
         pass
