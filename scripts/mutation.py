@@ -89,6 +89,13 @@ def mutmut_results():
     return found
 
 
+def fate_of(code):
+    """mutmut's exit code -> fate; None: mutmut never ran it (stopped, or not asked), which is not a kill."""
+    if code is None:
+        return "not run"
+    return KILLED.get(code, "survived" if code == 0 else "no tests" if code == 33 else f"exit {code}")
+
+
 def function_of(mutant):
     return mutant.rsplit("__mutmut_", 1)[0]
 
@@ -124,12 +131,14 @@ def run(args):
     if args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
         alive = {m: r["fate"] for m, r in before.items()} or {m: "alive" for m, c in mutmut_results().items()
                                                               if c in (0, 33, None)}
-        names = sorted(m for m, fate in alive.items() if fate in ("survived", "no tests", "alive"))
+        said = equivalents()
+        names = sorted(m for m, fate in alive.items() if fate in ("survived", "no tests", "not run", "alive")
+                       and m not in said)
         print(f"pass 1 on {args.label}: the {len(names)} mutants the last run left alive", flush=True)
     elif args.alive_from:  # what another release's run left alive, less what is known to be equivalent
         said = equivalents()
         names = sorted(m for m, r in merged(args.alive_from).items() if not r["killed"] and m not in said
-                       and (r["fate"] == "no tests" or function_of(m).split(".")[-1] in SHAPE_SPECIFIC))
+                       and (r["fate"] in ("no tests", "not run") or function_of(m).split(".")[-1] in SHAPE_SPECIFIC))
         print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
     code = subprocess.run([python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *names],
                           cwd=WORK, env=env).returncode
@@ -138,8 +147,10 @@ def run(args):
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
     if args.alive_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}
-    results = {m: {"pass": 1, "code": c, "fate": KILLED.get(c, "survived" if c == 0 else "no tests" if c == 33
-                                                           else f"exit {c}")} for m, c in pass1.items()}
+    results = {m: {"pass": 1, "code": c, "fate": fate_of(c)} for m, c in pass1.items()}
+    for mutant, r in before.items():  # not run this time (a fresh mutants/ keeps no verdicts): the last run's
+        if results.get(mutant, {}).get("fate", "not run") == "not run":
+            results[mutant] = r
     for mutant, r in before.items():  # the last run's pass-2 kills stand (tests were only added since)
         if r["pass"] == 2 and r["fate"] == "killed" and results.get(mutant, {}).get("fate") in ("survived", "no tests"):
             results[mutant] = r
@@ -169,7 +180,7 @@ LEGS = ["unsloth-2026.10.4-transformers-5.17.0-trl-1.15.0", "unsloth-2026.10.9-t
 FIRST = "unsloth-2026.10.6"  # `make mutation`'s run in .venv
 # Functions whose code runs only on another shape: a survivor of the first run may die there. (Any other
 # survivor would survive a leg too: the same code under the same tests.)
-SHAPE_SPECIFIC = {"x_native_release", "x__native_trainer_init", "x_trainer_patches", "x__per_sample_noise",
+SHAPE_SPECIFIC = {"x_apply", "x_native_release", "x__native_trainer_init", "x_trainer_patches", "x__per_sample_noise",
                   "x__draw_at_first_step", "x_dense_cross_entropy", "x_native_normalization"}
 
 
@@ -177,7 +188,7 @@ def legs(args):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import matrix
 
-    for name in LEGS:
+    for name in args.only or LEGS:
         # DeepSpeed is not needed here (the launched-rank tiers are not part of a leg's mutation run).
         leg = dataclasses.replace(next(l for l in matrix.LEGS if l.name == name), sharded=False)
         where, log = os.path.join(ROOT, ".matrix", name), os.path.join(ROOT, ".matrix", name + ".mutation.log")
@@ -213,9 +224,9 @@ def merged(labels=None):
     found = {}
     for result in result_files(labels):
         for mutant, r in result["mutants"].items():
-            killed = r["fate"] != "survived" and r["fate"] != "no tests"
+            killed = r["fate"] not in ("survived", "no tests", "not run")
             old = found.get(mutant)
-            if old is None or (killed and not old["killed"]) or (not old["killed"] and old["fate"] == "no tests"):
+            if old is None or (killed and not old["killed"]) or (not old["killed"] and old["fate"] in ("no tests", "not run")):
                 found[mutant] = {"killed": killed, "fate": r["fate"], "by": f"{result['label']} pass {r['pass']}"}
     return found
 
@@ -330,6 +341,7 @@ def main(argv=None):
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    g.add_argument("--only", nargs="+", choices=LEGS, help="these legs only")
     p = sub.add_parser("report", help="mutation/report.md from every result file")
     p.add_argument("--min-score", type=float, default=0.95)
     args = parser.parse_args(argv)

@@ -104,7 +104,7 @@ def test_config_field_validates_and_round_trips(plugin, tmp_path):
         DiffusionConfig(output_dir=str(tmp_path), diffusion_loss_normalization="global", **CPU)
 
 
-def _construct(tmp_path, profile, **flags):
+def _construct(tmp_path, profile, positional=False, **flags):
     from datasets import Dataset
 
     from unsloth_diffusion_norm.verify import fixtures
@@ -112,8 +112,39 @@ def _construct(tmp_path, profile, **flags):
     model, tokenizer = fixtures.load_model()
     args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, use_cpu=True, report_to=[], max_length=None, **flags)
     data = Dataset.from_list([fixtures.Example([10], [20]).row()])
+    if positional:  # DiffusionTrainer(model, args, ...), as scripts also write it
+        return DiffusionTrainer(model, args, train_dataset=data, processing_class=tokenizer, diffusion_profile=profile)
     return DiffusionTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                             diffusion_profile=profile)
+
+
+@patched_only
+def test_a_trainer_built_with_positional_arguments_is_set_up_as_with_keywords(plugin, tmp_path):
+    from unsloth_diffusion_norm import per_sample
+
+    trainer = _construct(tmp_path, nemotron(), positional=True, diffusion_noise="per_sample")
+    assert trainer.args.diffusion_noise == "per_sample" and trainer.diffusion_profile.name == nemotron().name
+    assert any(isinstance(c, per_sample.DataOrder) for c in trainer.callback_handler.callbacks)
+
+
+@patched_only
+@pytest.mark.parametrize("normalization", [None, "microbatch"])
+def test_get_batch_samples_takes_trainers_own_keywords(plugin, tmp_path, normalization):
+    """Trainer's signature, keywords included: the window (its default here), or Trainer's own answer."""
+    import torch
+
+    from unsloth_diffusion_norm.window import Window
+
+    trainer = _construct(tmp_path, nemotron(), diffusion_loss_normalization=normalization)
+    rows = [{"input_ids": torch.tensor([[10, 20]]), "labels": torch.tensor([[-100, 20]])}] * 3
+    batches, count = trainer.get_batch_samples(epoch_iterator=iter(rows), num_batches=2, device=torch.device("cpu"))
+    assert len(batches) == 2
+    assert isinstance(count, Window) if normalization is None else count is None  # (Unsloth counts nothing)
+
+
+def test_the_flags_default_to_none_on_the_class_too(plugin):
+    """As a dataclass field's default would: code that reads DiffusionConfig.<flag> sees the release's default."""
+    assert all(vars(DiffusionConfig)[field] is None for field in config.FIELDS)
 
 
 BLOCK = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
@@ -160,6 +191,16 @@ def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched(drifted):
     assert status.mode == registry.UNSUPPORTED and status.reason == reason and status.patches == ()
     after = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
     assert after == before  # all or nothing: not one piece was patched
+
+
+@patched_only
+def test_every_missing_piece_is_named(drifted, monkeypatch):
+    owner, piece, _ = drifted
+    monkeypatch.delattr(next(c for c in MaskedDiffusionProfile.__mro__ if "option" in vars(c)), "option")
+    with pytest.raises(RuntimeError) as refused:
+        unsloth_diffusion_norm.apply()
+    assert str(refused.value).endswith(
+        f"unrecognised diffusion internals; missing: {owner.__name__}.{piece}, MaskedDiffusionProfile.option")
 
 
 def test_after_a_drift_is_mended_apply_patches_again(drifted):
@@ -282,7 +323,8 @@ def test_without_unsloth_apply_says_how_to_install_it(monkeypatch):
 
 @native_only
 def test_a_native_release_says_why_nothing_on_its_training_path_is_patched(plugin):
-    assert unsloth_diffusion_norm.status().reason == (
+    unsloth_diffusion_norm.unpatch()  # (applied afresh: the reason is set by apply itself)
+    assert unsloth_diffusion_norm.apply().reason == (
         "this release normalizes by the window natively; its training path is left as it is")
 
 

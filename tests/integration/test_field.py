@@ -186,7 +186,7 @@ WITHOUT_WRAPT = """
     from unsloth_diffusion_norm.verify import doctor
     status = u.status()
     report = doctor.examine(self_check=False)
-    print(json.dumps({"mode": status.mode, "reason": status.reason, "exit": report["exit"],
+    print(json.dumps({"mode": status.mode, "reason": status.reason, "shape": status.shape, "exit": report["exit"],
                       "verdict": report["verdict"]}))
 """
 
@@ -195,6 +195,7 @@ WITHOUT_WRAPT = """
 def test_a_missing_dependency_is_named_as_a_broken_installation(tmp_path):
     found, stderr = _python(WITHOUT_WRAPT, tmp_path)
     assert found["mode"] == registry.BROKEN
+    assert found["shape"] == unsloth_diffusion_norm.apply().shape  # recognised before the missing module was
     assert "'wrapt' is missing" in found["reason"] and "pip install 'wrapt>=" in found["reason"]
     warning = [line for line in stderr.splitlines() if "broken installation" in line]
     assert len(warning) == 1 and "not supported" not in warning[0]

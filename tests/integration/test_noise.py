@@ -85,10 +85,12 @@ def _nemotron(**changes):
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
 @pytest.mark.parametrize("variant", ["no attention mask", "padding attended, no EOS fill", "eps and mask id set",
                                      "a padded row without an answer", "a head with a bias", "one answer token",
-                                     "dream, shifted logits"])
+                                     "dream, shifted logits", "nothing to mask", "an all-ones mask, no EOS fill",
+                                     "the compiled loss", "keyword arguments, microbatch"])
 def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path, variant):
     """Outside a training window (evaluation, a user's own call) the patched profile draws and divides as the
-    release does: the same loss and metrics, bit for bit, for inputs the training cases never send."""
+    release does: the same loss and metrics, bit for bit, for inputs the training cases never send - and
+    it calls the model with the same inputs the release does."""
     from unsloth.models.diffusion_trainer import DiffusionConfig
 
     from unsloth_diffusion_norm.verify.fixtures import load_model
@@ -113,19 +115,40 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
     elif variant == "one answer token":  # the metrics' denominators at their floor
         inputs["labels"] = torch.full_like(ids, -100).index_put_((torch.tensor([0]), torch.tensor([5])), ids[0, 5])
         settings = {"diffusion_eps": 0.9}
+    elif variant == "nothing to mask":  # no answer at all: a zero loss and the release's own early metrics
+        inputs["labels"] = torch.full_like(ids, -100)
+    elif variant == "an all-ones mask, no EOS fill":  # 2026.10.4 leaves a mask that masks nothing out of the call
+        changes, inputs["attention_mask"] = {"pad_with_eos": False}, torch.ones_like(ids)
+    elif variant == "the compiled loss":  # the release's compiled chunk kernels (checked below to differ from eager)
+        settings = {"diffusion_compile": "loss", "diffusion_eps": 0.9}
+    elif variant == "keyword arguments, microbatch":  # the flag hands the call, as made, to the release
+        settings = {"diffusion_loss_normalization": "microbatch"}
     else:  # Dream shifts its logits; the flag routes it through the plugin's loss (eps 0.9: the last token too)
         name, settings = "dream", {"diffusion_loss_normalization": "window", "diffusion_eps": 0.9}
     args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
+    calls = []
+    model.register_forward_pre_hook(lambda _, pos, kw: calls.append((pos, dict(kw))), with_kwargs=True)
 
     def call():
         torch.manual_seed(7)
-        loss, _, metrics = _profile(name, **changes).compute_loss(model, dict(inputs), args)
+        profile, batch = _profile(name, **changes), dict(inputs)
+        if variant.startswith("keyword"):
+            loss, _, metrics = profile.compute_loss(model=model, inputs=batch, args=args, num_items_in_batch=None)
+        else:
+            loss, _, metrics = profile.compute_loss(model, batch, args)
         return loss.detach(), {k: float(v) for k, v in metrics.items()}
 
     patched = call()
     with unsloth_diffusion_norm.unpatched():
         own = call()
-    assert torch.equal(patched[0], own[0]) and patched[1] == own[1] and patched[0] > 0
+    assert torch.equal(patched[0], own[0]) and patched[1] == own[1]
+    assert patched[0] == 0 if variant == "nothing to mask" else patched[0] > 0
+    (ours, ours_kw), (theirs, theirs_kw) = calls
+    assert ours == theirs == () and ours_kw.keys() == theirs_kw.keys()
+    assert all(torch.equal(ours_kw[k], theirs_kw[k]) for k in ours_kw)
+    if variant == "the compiled loss":  # eager kernels give other bits here: the equality above is the compiled path
+        args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, diffusion_eps=0.9)
+        assert not torch.equal(call()[0], patched[0])
 
 
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
@@ -141,7 +164,8 @@ def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_wi
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
     inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
               "attention_mask": torch.ones_like(ids)}
-    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True)
+    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, diffusion_eps=0.25,
+                           diffusion_mask_token_id=3)  # (the window's draw reads the run's settings too)
 
     def loss(scale, others=0):  # others: masked tokens of the window's other micro-batches / ranks
         torch.manual_seed(7)
@@ -180,6 +204,13 @@ def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, tmp
         messages.append(str(refused.value))
     assert messages[0] == messages[1] == (
         "Unsloth: nemotron_labs_diffusion does not support diffusion_time_weighting='linear'.")
+    # In a training window the refusal comes before the window's noise is drawn: the RNG is as it was.
+    from unsloth_diffusion_norm.window import SLOT, Window
+
+    state = torch.get_rng_state()
+    with pytest.raises(ValueError):
+        _nemotron().compute_loss(model, {**inputs, SLOT: 0}, args, num_items_in_batch=Window([inputs], int, 1))
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.parametrize("keys", [None, "per-sample"])
@@ -198,6 +229,33 @@ def test_the_noise_is_drawn_on_the_batchs_device(plugin, keys):
         inputs[per_sample.KEYS] = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
     drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
     assert {t.device.type for t in (drawn.input_ids, drawn.maskable, drawn.masked, drawn.p_mask)} == {"meta"}
+
+
+@pytest.mark.parametrize("keys", [None, "per-sample"])
+def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, keys):
+    """A token is masked when its uniform is strictly below p_mask, as the release and the references draw.
+    Seed 149504 (found by search: a 2^-24 event per token) makes the 211th uniform equal p_mask exactly."""
+    from unsloth.models.diffusion_masked import response_mask
+
+    from unsloth_diffusion_norm import noise, per_sample
+    from unsloth_diffusion_norm.verify import oracle
+    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS, load_model
+
+    seed, tie, length = 149504, 210, 212
+    model, _ = load_model()
+    ids = torch.arange(length)[None] % 90 + 5  # (no EOS: every token is an answer token)
+    inputs = {"input_ids": ids, "labels": ids}
+    if keys:  # a row's own generator, seeded with its key, draws t then its tokens' uniforms: the same stream
+        inputs[per_sample.KEYS] = [seed]
+    torch.manual_seed(seed)
+    state = torch.get_rng_state()
+    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
+    replayed = oracle.replay_noise([{**inputs, "keys": inputs.get(per_sample.KEYS)}], state, EPS, EOS_ID)[0]
+    generator = torch.Generator().manual_seed(seed)
+    t, u = torch.rand(1, generator=generator), torch.rand(length, generator=generator)
+    assert u[tie] == drawn.p_mask[0, tie] == (1 - EPS) * t[0] + EPS  # the tie is there
+    assert not drawn.masked[0, tie] and torch.equal(drawn.masked, replayed.masked)
+    assert torch.equal(drawn.masked[0], u < drawn.p_mask[0])
 
 
 def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(plugin):

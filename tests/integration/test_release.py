@@ -52,7 +52,8 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
     mode, patches, wrapped = after.split()
     assert mode == EXPECTED_MODE
     assert wrapped == str(EXPECTED_MODE != registry.UNSUPPORTED) and (int(patches) > 0) == (wrapped == "True")
-    disabled, _ = _python("import unsloth_diffusion_norm, unsloth; " + REPORT, UNSLOTH_DIFFUSION_NORM="0")
+    # (Unsloth first here: the hooks then run at registration; test_field.py switches off before Unsloth.)
+    disabled, _ = _python("import unsloth, unsloth_diffusion_norm; " + REPORT, UNSLOTH_DIFFUSION_NORM="0")
     mode, patches, wrapped = disabled.split()
     assert mode == "disabled"
     # Switched off, only the flags stay (accepted by DiffusionConfig, refused by the trainer when set).

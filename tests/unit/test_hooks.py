@@ -55,6 +55,29 @@ def test_the_finder_answers_only_for_hooked_modules_that_exist_and_never_for_its
     assert finder.find_spec("json") is None and "json" in finder.hooks
 
 
+def test_a_spec_whose_loader_cannot_run_the_module_goes_back_unhooked(monkeypatch):
+    """A loader of the old protocol (load_module only), or none (a namespace package): there is no module
+    execution to hook, so the spec goes back as found and the hook keeps waiting."""
+    from importlib.machinery import ModuleSpec
+
+    class LegacyLoader:
+        def load_module(self, name):
+            raise ImportError(name)
+
+    specs = {"legacy_example": ModuleSpec("legacy_example", LegacyLoader()),
+             "namespace_example": ModuleSpec("namespace_example", None)}
+
+    class Finder:
+        def find_spec(self, name, path=None, target=None):
+            return specs.get(name)
+
+    finder = _PostImportFinder({name: print for name in specs})
+    monkeypatch.setattr(sys, "meta_path", [finder, Finder()])
+    for name, spec in specs.items():
+        assert finder.find_spec(name) is spec and not isinstance(spec.loader, _HookedLoader)
+    assert set(finder.hooks) == set(specs)
+
+
 def test_the_hooked_loader_hands_the_spec_and_module_through():
     calls = []
 
