@@ -242,8 +242,9 @@ def equivalents():
 
 
 def diff_of(mutant):
-    """The mutated line(s), from mutmut's own diff."""
-    os.chdir(ROOT)
+    """The mutated line(s), from mutmut's own diff (mutants/ here, or a leg's: the same source, mutated alike)."""
+    legs = [os.path.join(ROOT, ".matrix", name + ".mutation") for name in LEGS]
+    os.chdir(next((d for d in [ROOT, *legs] if os.path.isdir(os.path.join(d, "mutants"))), ROOT))
     from mutmut.__main__ import find_mutant
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 

@@ -118,7 +118,6 @@ def _construct(tmp_path, profile, positional=False, **flags):
                             diffusion_profile=profile)
 
 
-@patched_only
 def test_a_trainer_built_with_positional_arguments_is_set_up_as_with_keywords(plugin, tmp_path):
     from unsloth_diffusion_norm import per_sample
 

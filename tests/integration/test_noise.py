@@ -1,6 +1,7 @@
 """Noise you can trust: a run resumed from a checkpoint draws the same masks as the uninterrupted run."""
 
 import contextlib
+import types
 
 import pytest
 import torch
@@ -69,6 +70,55 @@ def test_native_default_is_not_resume_exact_and_the_opt_in_draws_the_same_masks(
         assert all(torch.equal(a.params_after[n], b.params_after[n]) for n in a.params_after)
 
 
+def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):
+    """Every noise path the plugin draws itself reads the run's settings: the oracle replays eps 0.3 and
+    unweighted losses, window by window."""
+    paths = ["per_sample", "global" if MODE == registry.NATIVE else None]
+    for noise in paths:
+        run = experiment.train(EXAMPLES[:4], seed=0, diffusion_eps=0.3, diffusion_time_weighting="none",
+                               **({"diffusion_noise": noise} if noise else {}))
+        assert all(judging.judge(run, window, eps=0.3, inverse_t=False).ok for window in run.windows), noise
+
+
+@pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
+@pytest.mark.parametrize("noise", ["global", "per_sample"])
+def test_outside_training_a_flagged_trainers_profile_is_the_releases_own(plugin, noise):
+    """Evaluation and direct calls (no window, no per-sample keys) reach the release's own code with what
+    was passed: a trainer's profile copy answers as a clean profile with the same fields does."""
+    import dataclasses
+
+    run = experiment.build(EXAMPLES[:2], diffusion_noise=noise, record=False)
+    ours, model, args = run.trainer.diffusion_profile, run.trainer.model, run.trainer.args
+    clean = dataclasses.replace(ours)  # (fields only: none of the trainer's patches)
+    ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
+    inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
+              "attention_mask": torch.ones_like(ids)}
+
+    def call(profile):
+        torch.manual_seed(7)
+        if noise == "global":  # a count passed by the caller is the release's to use
+            return (profile.compute_loss(model, dict(inputs), args, num_items_in_batch=torch.tensor(5))[0].detach(),)
+        return profile.prepare_batch(model, dict(inputs), args)
+
+    assert "compute_loss" in vars(ours) or "prepare_batch" in vars(ours)  # the copy is patched
+    found, expected = call(ours), call(clean)
+    assert all(torch.equal(a, b) for a, b in zip(found, expected) if a is not None)
+    assert [a is None for a in found] == [b is None for b in expected]
+
+
+@pytest.fixture
+def direct(tmp_path):
+    """For direct calls of a profile: the tiny model, and `args(**settings)`: the run's arguments (fp32, CPU)."""
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    from unsloth_diffusion_norm.verify.fixtures import load_model
+
+    def args(**settings):
+        return DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
+
+    return types.SimpleNamespace(model=load_model()[0], args=args)
+
+
 def _profile(name, **changes):
     import dataclasses
 
@@ -87,15 +137,11 @@ def _nemotron(**changes):
                                      "a padded row without an answer", "a head with a bias", "one answer token",
                                      "dream, shifted logits", "nothing to mask", "an all-ones mask, no EOS fill",
                                      "the compiled loss", "keyword arguments, microbatch"])
-def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path, variant):
+def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, direct, variant):
     """Outside a training window (evaluation, a user's own call) the patched profile draws and divides as the
     release does: the same loss and metrics, bit for bit, for inputs the training cases never send - and
     it calls the model with the same inputs the release does."""
-    from unsloth.models.diffusion_trainer import DiffusionConfig
-
-    from unsloth_diffusion_norm.verify.fixtures import load_model
-
-    model, _ = load_model()
+    model = direct.model
     ids = torch.tensor([[10, 11, 30, 31, 32, 33], [10, 11, 40, 41, 1, 1]])
     inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
               "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])}
@@ -125,7 +171,7 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
         settings = {"diffusion_loss_normalization": "microbatch"}
     else:  # Dream shifts its logits; the flag routes it through the plugin's loss (eps 0.9: the last token too)
         name, settings = "dream", {"diffusion_loss_normalization": "window", "diffusion_eps": 0.9}
-    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
+    args = direct.args(**settings)
     calls = []
     model.register_forward_pre_hook(lambda _, pos, kw: calls.append((pos, dict(kw))), with_kwargs=True)
 
@@ -147,25 +193,21 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, tmp_path
     assert ours == theirs == () and ours_kw.keys() == theirs_kw.keys()
     assert all(torch.equal(ours_kw[k], theirs_kw[k]) for k in ours_kw)
     if variant == "the compiled loss":  # eager kernels give other bits here: the equality above is the compiled path
-        args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, diffusion_eps=0.9)
+        args = direct.args(diffusion_eps=0.9)
         assert not torch.equal(call()[0], patched[0])
 
 
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
-def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_without_its_slot(plugin, tmp_path):
+def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_without_its_slot(plugin, direct):
     """compute_loss with a window (what get_batch_samples hands Trainer): the loss is S / (the window's
     count) times the window's data-parallel factor; a micro-batch that bypassed get_batch_samples is refused."""
-    from unsloth.models.diffusion_trainer import DiffusionConfig
-
-    from unsloth_diffusion_norm.verify.fixtures import load_model
     from unsloth_diffusion_norm.window import SLOT, Window
 
-    model, _ = load_model()
+    model = direct.model
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
     inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
               "attention_mask": torch.ones_like(ids)}
-    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, diffusion_eps=0.25,
-                           diffusion_mask_token_id=3)  # (the window's draw reads the run's settings too)
+    args = direct.args(diffusion_eps=0.25, diffusion_mask_token_id=3)  # (the window's draw reads them too)
 
     def loss(scale, others=0):  # others: masked tokens of the window's other micro-batches / ranks
         torch.manual_seed(7)
@@ -187,16 +229,11 @@ def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_wi
 
 
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
-def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, tmp_path):
-    from unsloth.models.diffusion_trainer import DiffusionConfig
-
-    from unsloth_diffusion_norm.verify.fixtures import load_model
-
-    model, _ = load_model()
+def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, direct):
+    model = direct.model
     ids = torch.tensor([[10, 11, 30, 31]])
     inputs = {"input_ids": ids, "labels": ids, "attention_mask": torch.ones_like(ids)}
-    args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True,
-                           diffusion_time_weighting="linear")
+    args = direct.args(diffusion_time_weighting="linear")
     messages = []
     for context in (contextlib.nullcontext, unsloth_diffusion_norm.unpatched):
         with context(), pytest.raises(ValueError) as refused:
@@ -214,14 +251,13 @@ def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, tmp
 
 
 @pytest.mark.parametrize("keys", [None, "per-sample"])
-def test_the_noise_is_drawn_on_the_batchs_device(plugin, keys):
+def test_the_noise_is_drawn_on_the_batchs_device(plugin, direct, keys):
     """Every noise tensor lives where the batch does (here the meta device: no data, only placement)."""
     from unsloth.models.diffusion_masked import response_mask
 
     from unsloth_diffusion_norm import noise, per_sample
-    from unsloth_diffusion_norm.verify.fixtures import load_model
 
-    model, _ = load_model()
+    model = direct.model
     ids = torch.tensor([[10, 11, 30, 31], [10, 11, 40, 1]], device="meta")
     inputs = {"input_ids": ids, "labels": ids, "attention_mask": torch.ones(2, 4, dtype=torch.long, device="meta")}
     if keys:  # (no attention mask: the per-sample draws read the mask on the CPU, and a meta tensor has none)
@@ -232,17 +268,17 @@ def test_the_noise_is_drawn_on_the_batchs_device(plugin, keys):
 
 
 @pytest.mark.parametrize("keys", [None, "per-sample"])
-def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, keys):
+def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, direct, keys):
     """A token is masked when its uniform is strictly below p_mask, as the release and the references draw.
     Seed 149504 (found by search: a 2^-24 event per token) makes the 211th uniform equal p_mask exactly."""
     from unsloth.models.diffusion_masked import response_mask
 
     from unsloth_diffusion_norm import noise, per_sample
     from unsloth_diffusion_norm.verify import oracle
-    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS, load_model
+    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS
 
     seed, tie, length = 149504, 210, 212
-    model, _ = load_model()
+    model = direct.model
     ids = torch.arange(length)[None] % 90 + 5  # (no EOS: every token is an answer token)
     inputs = {"input_ids": ids, "labels": ids}
     if keys:  # a row's own generator, seeded with its key, draws t then its tokens' uniforms: the same stream
@@ -258,15 +294,15 @@ def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, keys):
     assert torch.equal(drawn.masked[0], u < drawn.p_mask[0])
 
 
-def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(plugin):
+def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(plugin, direct):
     """Left padding: a row's own tokens still take its generator's first draws (the oracle replays it so)."""
     from unsloth.models.diffusion_masked import response_mask
 
     from unsloth_diffusion_norm import noise, per_sample
     from unsloth_diffusion_norm.verify import oracle
-    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS, load_model
+    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS
 
-    model, _ = load_model()
+    model = direct.model
     ids = torch.tensor([[1, 1, 10, 30, 31, 32], [10, 11, 40, 41, 42, 43]])
     keys = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
     inputs = {"input_ids": ids, "labels": torch.where(ids == 1, -100, ids), per_sample.KEYS: keys,
