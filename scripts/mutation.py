@@ -147,6 +147,8 @@ def run(args):
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
     if args.alive_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}
+    elif before:  # and so does a rerun: for what its last run answered
+        pass1 = {m: c for m, c in pass1.items() if m in before}
     results = {m: {"pass": 1, "code": c, "fate": fate_of(c)} for m, c in pass1.items()}
     for mutant, r in before.items():  # not run this time (a fresh mutants/ keeps no verdicts): the last run's
         if results.get(mutant, {}).get("fate", "not run") == "not run":

@@ -87,7 +87,7 @@ def test_outside_training_a_flagged_trainers_profile_is_the_releases_own(plugin,
     was passed: a trainer's profile copy answers as a clean profile with the same fields does."""
     import dataclasses
 
-    run = experiment.build(EXAMPLES[:2], diffusion_noise=noise, record=False)
+    run = experiment.build(EXAMPLES[:2], diffusion_noise=noise, record=False, diffusion_eps=0.3)  # (not the default)
     ours, model, args = run.trainer.diffusion_profile, run.trainer.model, run.trainer.args
     clean = dataclasses.replace(ours)  # (fields only: none of the trainer's patches)
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
