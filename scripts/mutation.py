@@ -4,6 +4,9 @@
     python scripts/mutation.py legs                            # the other code shapes' legs: what is alive here
     python scripts/mutation.py report                          # mutation/report.md from every result file
 
+After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
+L's last run left alive, and `legs --only LEG` runs one leg.
+
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
 mutants the first left alive. Takes about an hour on 2 cores; not part of CI.
@@ -159,7 +162,9 @@ def run(args):
     first = time.time() - started
 
     # Pass 2: first make sure the switch reaches fresh interpreters at all ("fail" fails every trampoline).
-    todo = {m: fresh_tests(m) for m, r in results.items() if r["fate"] in ("survived", "no tests") and fresh_tests(m)}
+    said = equivalents()
+    todo = {m: fresh_tests(m) for m, r in results.items()
+            if r["fate"] in ("survived", "no tests") and m not in said and fresh_tests(m)}
     groups = sorted({tuple(t) for t in todo.values()})
     for tests in groups:
         if tests != tuple(RANKS) and run_fresh(python, "fail", list(tests))[0] == 0:
