@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm import detect, registry
 from unsloth_diffusion_norm.verify import experiment, judging
 from unsloth_diffusion_norm.verify.fixtures import equal_answers
 
@@ -166,6 +166,8 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, direct, 
     elif variant == "an all-ones mask, no EOS fill":  # 2026.10.4 leaves a mask that masks nothing out of the call
         changes, inputs["attention_mask"] = {"pad_with_eos": False}, torch.ones_like(ids)
     elif variant == "the compiled loss":  # the release's compiled chunk kernels (checked below to differ from eager)
+        if unsloth_diffusion_norm.status().shape != detect.CHUNKED:
+            pytest.skip("the dense shape (2026.10.4 / .5) has no compiled loss")
         settings = {"diffusion_compile": "loss", "diffusion_eps": 0.9}
     elif variant == "keyword arguments, microbatch":  # the flag hands the call, as made, to the release
         settings = {"diffusion_loss_normalization": "microbatch"}
