@@ -37,7 +37,7 @@ test-fast: setup
 matrix:
 	$(PYTHON) scripts/matrix.py --readme README.md $(MATRIX_FLAGS)
 
-# Mutation testing of the core (about an hour on 2 cores; not in CI): mutmut and the fresh-interpreter /
+# Mutation testing of the core (about an hour and a half on 2 cores; not in CI): mutmut and the fresh-interpreter /
 # launched-rank pass here, then the dense and native legs for what no test reached here; writes
 # mutation/report.md (the score and every mutant's fate). See scripts/mutation.py.
 mutation: setup

@@ -9,7 +9,7 @@ L's last run left alive, and `legs --only LEG` runs one leg.
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
-mutants the first left alive. Takes about an hour on 2 cores; not part of CI.
+mutants the first left alive. Takes about an hour and a half on 2 cores; not part of CI.
 
 Pass 1 is mutmut (config in pyproject.toml): it copies the package to mutants/, compiles every mutant of the
 core in behind a switch, maps each test to the functions it calls, and runs, per mutant, the tests of its
@@ -286,7 +286,8 @@ def report(args):
         f"**Score: {killed} killed / {len(results) - len(equivalent)} non-equivalent = {100 * score:.1f} %** "
         f"({len(results)} mutants, {len(equivalent)} equivalent, {len(open_)} surviving).",
         "",
-        "Runs: " + "; ".join(f"{r['label']} ({len(r['mutants'])} mutants, {r['seconds']} s)" for r in legs) + ".",
+        "Results: " + "; ".join(f"{r['label']} ({len(r['mutants'])} mutants; its last run {r['seconds']} s)"
+                                for r in legs) + ".",
         "",
         "| module | mutants | killed | equivalent | surviving |",
         "|---|---|---|---|---|",
