@@ -5,7 +5,8 @@
     python scripts/mutation.py report                          # mutation/report.md from every result file
 
 After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
-L's last run left alive, and `legs --only LEG` runs one leg.
+L's last run left alive; after a function changed, `run --label L --mutants 'module.x_function__mutmut_*'`
+reruns all of its mutants; `legs --only LEG` runs one leg.
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
@@ -50,7 +51,7 @@ I = "tests/integration/"
 SWITCH = [I + "test_field.py::test_unknown_switch_values_warn_once_and_leave_patching_on",
           I + "test_field.py::test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name",
           I + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables"]
-HOOKS = [I + "test_release.py::test_import_alone_imports_neither_torch_nor_unsloth",
+HOOKS = [I + "test_release.py::test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches",
          I + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables",
          I + "test_field.py::test_unpatch_before_unsloth_is_remembered_until_apply",
          I + "test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation"]
@@ -130,8 +131,16 @@ def run(args):
     started = time.time()
     names = []
     out = os.path.join(RESULTS, f"results-{args.label}.json")
-    before = json.load(open(out))["mutants"] if args.again and os.path.exists(out) else {}
-    if args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
+    before = json.load(open(out))["mutants"] if (args.again or args.mutants) and os.path.exists(out) else {}
+
+    def changed(mutant):  # of a function that changed since the last run: its old verdicts say nothing now
+        return any(fnmatch.fnmatchcase(mutant, pattern) for pattern in args.mutants or ())
+
+    before = {m: r for m, r in before.items() if not changed(m)}
+    if args.mutants:  # these (mutmut's patterns), the rest as the last run found them
+        names = list(args.mutants)
+        print(f"pass 1 on {args.label}: {' '.join(names)}", flush=True)
+    elif args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
         alive = {m: r["fate"] for m, r in before.items()} or {m: "alive" for m, c in mutmut_results().items()
                                                               if c in (0, 33, None)}
         said = equivalents()
@@ -151,7 +160,7 @@ def run(args):
     if args.alive_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}
     elif before:  # and so does a rerun: for what its last run answered
-        pass1 = {m: c for m, c in pass1.items() if m in before}
+        pass1 = {m: c for m, c in pass1.items() if m in before or changed(m)}
     results = {m: {"pass": 1, "code": c, "fate": fate_of(c)} for m, c in pass1.items()}
     for mutant, r in before.items():  # not run this time (a fresh mutants/ keeps no verdicts): the last run's
         if results.get(mutant, {}).get("fate", "not run") == "not run":
@@ -163,8 +172,8 @@ def run(args):
 
     # Pass 2: first make sure the switch reaches fresh interpreters at all ("fail" fails every trampoline).
     said = equivalents()
-    todo = {m: fresh_tests(m) for m, r in results.items()
-            if r["fate"] in ("survived", "no tests") and m not in said and fresh_tests(m)}
+    todo = {m: fresh_tests(m) for m, r in results.items() if r["fate"] in ("survived", "no tests")
+            and m not in said and fresh_tests(m) and (changed(m) or not args.mutants)}
     groups = sorted({tuple(t) for t in todo.values()})
     for tests in groups:
         if tests != tuple(RANKS) and run_fresh(python, "fail", list(tests))[0] == 0:
@@ -348,6 +357,8 @@ def main(argv=None):
     r.add_argument("--again", action="store_true", help="rerun only what this label's last run (or mutmut's own "
                    "results, before a first report) left alive")
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")
+    r.add_argument("--mutants", nargs="+", help="only these mutants (fnmatch patterns, e.g. all of a function "
+                   "that changed: its mutants are renumbered); the rest keep this label's last verdicts")
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     g.add_argument("--only", nargs="+", choices=LEGS, help="these legs only")

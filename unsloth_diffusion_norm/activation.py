@@ -178,9 +178,8 @@ def apply():
 
     if STATE.patches and STATE.mode in (registry.PATCHED, registry.NATIVE):
         return status()
-    registry.revert_all()  # the flags-only set of a disabled plugin, if any
     STATE.unsloth_version = detect.unsloth_version()
-    try:
+    try:  # (Unsloth's first import runs the post-import hook: apply() again, or the flags-only set)
         trainer_module, masked_module, profiles_module = (
             importlib.import_module(name) for name in (TRAINER_MODULE, *DIFFUSION_MODULES)
         )
@@ -192,6 +191,9 @@ def apply():
         reason = f"it has no masked-diffusion training ({error})"
         _unsupported(reason)
         raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}") from None
+    if STATE.patches and STATE.mode in (registry.PATCHED, registry.NATIVE):
+        return status()  # the hook has just applied them
+    registry.revert_all()  # the flags-only set of a disabled plugin, if any
     shape, missing = detect.recognise(trainer_module, masked_module, profiles_module)
     STATE.shape = shape
     if shape is None:

@@ -75,8 +75,9 @@ def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):
     unweighted losses, window by window."""
     paths = ["per_sample", "global" if MODE == registry.NATIVE else None]
     for noise in paths:
+        # (judged on gradients and parameters: transformers 4.56 logs a loss rounded to 4 decimals)
         run = experiment.train(EXAMPLES[:4], seed=0, diffusion_eps=0.3, diffusion_time_weighting="none",
-                               **({"diffusion_noise": noise} if noise else {}))
+                               logging_steps=100, **({"diffusion_noise": noise} if noise else {}))
         assert all(judging.judge(run, window, eps=0.3, inverse_t=False).ok for window in run.windows), noise
 
 

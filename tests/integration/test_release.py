@@ -29,14 +29,18 @@ def test_the_mode_is_the_one_this_release_needs():
 
 
 @pytest.mark.fresh_interpreter
-def test_import_alone_imports_neither_torch_nor_unsloth():
+def test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches():
     line, _ = _python(
         "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm as u; "
         "ms = (time.perf_counter() - t) * 1000; "
-        "print(u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))"
+        "seen = (u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))\n"
+        "try:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\n"
+        "print(*seen, applied)"
     )
-    mode, torch_loaded, unsloth_loaded, _ms = line.split()
+    mode, torch_loaded, unsloth_loaded, _ms, applied = line.split()
     assert (mode, torch_loaded, unsloth_loaded) == ("pending", "False", "False")
+    # apply() before Unsloth is imported imports it; the post-import hook that runs meanwhile is no second apply.
+    assert applied == EXPECTED_MODE
 
 
 REPORT = (
