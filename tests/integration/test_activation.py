@@ -1,5 +1,6 @@
 """Patches as data: they take, they come off, they apply once, and bad input gets a clear error."""
 
+import importlib.metadata
 import json
 
 import pytest
@@ -187,6 +188,7 @@ def test_drifted_unsloth_gets_a_clear_error_and_nothing_patched(drifted):
     status = unsloth_diffusion_norm.status()
     reason = f"unrecognised diffusion internals; missing: {owner.__name__}.{piece}"
     assert str(refused.value) == f"unsloth_diffusion_norm: Unsloth {status.unsloth_version}: {reason}"
+    assert status.unsloth_version == importlib.metadata.version("unsloth")  # the release is named
     assert status.mode == registry.UNSUPPORTED and status.reason == reason and status.patches == ()
     after = (dict(vars(DiffusionTrainer)), dict(vars(MaskedDiffusionProfile)), nemotron().loss_normalization)
     assert after == before  # all or nothing: not one piece was patched

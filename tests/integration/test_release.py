@@ -57,12 +57,15 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
     assert mode == EXPECTED_MODE
     assert wrapped == str(EXPECTED_MODE != registry.UNSUPPORTED) and (int(patches) > 0) == (wrapped == "True")
     # (Unsloth first here: the hooks then run at registration; test_field.py switches off before Unsloth.)
-    disabled, _ = _python("import unsloth, unsloth_diffusion_norm; " + REPORT, UNSLOTH_DIFFUSION_NORM="0")
-    mode, patches, wrapped = disabled.split()
+    disabled, _ = _python("import unsloth, unsloth_diffusion_norm; " + REPORT.replace("print(", "seen = (")
+                          + "\ntry:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\n"
+                          "print(*seen, applied)", UNSLOTH_DIFFUSION_NORM="0")
+    mode, patches, wrapped, applied = disabled.split()
     assert mode == "disabled"
     # Switched off, only the flags stay (accepted by DiffusionConfig, refused by the trainer when set).
     flags_only = 8 if EXPECTED_MODE != registry.UNSUPPORTED else 0
     assert int(patches) == flags_only and wrapped == str(flags_only > 0)
+    assert applied == EXPECTED_MODE  # an explicit apply() overrides the switch (the flags-only set goes first)
 
 
 @pytest.mark.fresh_interpreter
