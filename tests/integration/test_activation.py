@@ -209,7 +209,8 @@ def test_after_a_drift_is_mended_apply_patches_again(drifted):
     with pytest.raises(RuntimeError):
         unsloth_diffusion_norm.apply()
     setattr(owner, piece, saved)
-    assert unsloth_diffusion_norm.apply().mode == MODE
+    status = unsloth_diffusion_norm.apply()
+    assert status.mode == MODE and status.unsloth_version == importlib.metadata.version("unsloth")
 
 
 def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
