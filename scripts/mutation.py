@@ -137,18 +137,17 @@ def run(args):
         return any(fnmatch.fnmatchcase(mutant, pattern) for pattern in args.mutants or ())
 
     before = {m: r for m, r in before.items() if not changed(m)}
+    said = equivalents()
     if args.mutants:  # these (mutmut's patterns), the rest as the last run found them
         names = list(args.mutants)
         print(f"pass 1 on {args.label}: {' '.join(names)}", flush=True)
     elif args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
         alive = {m: r["fate"] for m, r in before.items()} or {m: "alive" for m, c in mutmut_results().items()
                                                               if c in (0, 33, None)}
-        said = equivalents()
         names = sorted(m for m, fate in alive.items() if fate in ("survived", "no tests", "not run", "alive")
                        and m not in said)
         print(f"pass 1 on {args.label}: the {len(names)} mutants the last run left alive", flush=True)
     elif args.alive_from:  # what another release's run left alive, less what is known to be equivalent
-        said = equivalents()
         names = sorted(m for m, r in merged(args.alive_from).items() if not r["killed"] and m not in said
                        and (r["fate"] in ("no tests", "not run") or function_of(m).split(".")[-1] in SHAPE_SPECIFIC))
         print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
@@ -171,7 +170,6 @@ def run(args):
     first = time.time() - started
 
     # Pass 2: first make sure the switch reaches fresh interpreters at all ("fail" fails every trampoline).
-    said = equivalents()
     todo = {m: fresh_tests(m) for m, r in results.items() if r["fate"] in ("survived", "no tests")
             and m not in said and fresh_tests(m) and (changed(m) or not args.mutants)}
     groups = sorted({tuple(t) for t in todo.values()})

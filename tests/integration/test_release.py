@@ -28,14 +28,16 @@ def test_the_mode_is_the_one_this_release_needs():
         assert status.patches == () and status.reason
 
 
+# Appended to a snippet that has set `u` and `seen`: prints `seen` and the mode an explicit apply() leaves.
+THEN_APPLY = "try:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\nprint(*seen, applied)"
+
+
 @pytest.mark.fresh_interpreter
 def test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches():
     line, _ = _python(
         "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm as u; "
         "ms = (time.perf_counter() - t) * 1000; "
-        "seen = (u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))\n"
-        "try:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\n"
-        "print(*seen, applied)"
+        "seen = (u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))\n" + THEN_APPLY
     )
     mode, torch_loaded, unsloth_loaded, _ms, applied = line.split()
     assert (mode, torch_loaded, unsloth_loaded) == ("pending", "False", "False")
@@ -43,11 +45,12 @@ def test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_a
     assert applied == EXPECTED_MODE
 
 
-REPORT = (
+SEEN = (
     "import wrapt, unsloth_diffusion_norm as u; s = u.status(); "
     "T = __import__('sys').modules.get('unsloth.models.diffusion_trainer'); "
-    "print(s.mode, len(s.patches), T is not None and isinstance(vars(T.DiffusionTrainer)['__init__'], wrapt.FunctionWrapper))"
+    "seen = (s.mode, len(s.patches), T is not None and isinstance(vars(T.DiffusionTrainer)['__init__'], wrapt.FunctionWrapper))"
 )
+REPORT = SEEN + "; print(*seen)"
 
 
 @pytest.mark.fresh_interpreter
@@ -57,9 +60,8 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
     assert mode == EXPECTED_MODE
     assert wrapped == str(EXPECTED_MODE != registry.UNSUPPORTED) and (int(patches) > 0) == (wrapped == "True")
     # (Unsloth first here: the hooks then run at registration; test_field.py switches off before Unsloth.)
-    disabled, _ = _python("import unsloth, unsloth_diffusion_norm; " + REPORT.replace("print(", "seen = (")
-                          + "\ntry:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\n"
-                          "print(*seen, applied)", UNSLOTH_DIFFUSION_NORM="0")
+    disabled, _ = _python("import unsloth, unsloth_diffusion_norm; " + SEEN + "\n" + THEN_APPLY,
+                          UNSLOTH_DIFFUSION_NORM="0")
     mode, patches, wrapped, applied = disabled.split()
     assert mode == "disabled"
     # Switched off, only the flags stay (accepted by DiffusionConfig, refused by the trainer when set).
