@@ -3,6 +3,7 @@ processes (real Unsloth on CPU). A bad input or a missing piece gets one line on
 exit status, never a traceback; stdout carries only the report; nothing is left in the working directory or
 the temporary directory; `bench --quick` is a labelled smoke run that shows its progress."""
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 import unsloth_diffusion_norm
@@ -59,6 +61,7 @@ def only_line(done, code):
 
 # --- the command line itself (no Unsloth import: fractions of a second) ---
 
+
 def test_version_and_python_m_are_the_cli(places):
     done = run(["--version"], places)
     assert done.returncode == 0 and done.stdout.startswith(f"{PROG} {unsloth_diffusion_norm.__version__} (Unsloth ")
@@ -68,17 +71,20 @@ def test_version_and_python_m_are_the_cli(places):
     assert "the following arguments are required: command" in only_line(run([], places), 2)
 
 
-@pytest.mark.parametrize("args, names", [
-    (["bench", "--blocks", "0"], "--blocks"),
-    (["bench", "--steps", "0"], "--steps"),
-    (["bench", "--steps", "two"], "--steps"),
-    (["reproduce", "--seed", "-1"], "--seed"),
-    (["reproduce", "--seed", str(2**32)], "--seed"),
-    (["bench", "--json", "/nonexistent/bench.json"], "cannot write '/nonexistent/bench.json'"),
-    (["bench", "--plot", "/dev/null/bench.png"], "cannot write '/dev/null/bench.png'"),
-    (["bench", "--quick", "--models", "larger"], "--quick"),
-    (["doctor", "--bogus"], "--bogus"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["bench", "--blocks", "0"], "--blocks"),
+        (["bench", "--steps", "0"], "--steps"),
+        (["bench", "--steps", "two"], "--steps"),
+        (["reproduce", "--seed", "-1"], "--seed"),
+        (["reproduce", "--seed", str(2**32)], "--seed"),
+        (["bench", "--json", "/nonexistent/bench.json"], "cannot write '/nonexistent/bench.json'"),
+        (["bench", "--plot", "/dev/null/bench.png"], "cannot write '/dev/null/bench.png'"),
+        (["bench", "--quick", "--models", "larger"], "--quick"),
+        (["doctor", "--bogus"], "--bogus"),
+    ],
+)
 def test_a_bad_command_line_is_one_line_and_exit_2_before_anything_runs(args, names, places):
     # timeout: before the checks these ran the whole bench (minutes) and then failed with a traceback
     assert names in only_line(run(args, places, timeout=60), 2)
@@ -92,6 +98,7 @@ def test_doctor_json_is_json_even_for_a_bad_command_line(places):
 
 # --- Unsloth missing or broken ---
 
+
 @pytest.fixture(scope="module")
 def without_unsloth(tmp_path_factory):
     """A plain virtual environment holding only this plugin (on its path): no Unsloth, no torch."""
@@ -100,8 +107,9 @@ def without_unsloth(tmp_path_factory):
     python = str(where / "bin" / "python")
     if subprocess.run([python, "-c", "import unsloth"], capture_output=True).returncode == 0:
         pytest.skip("this interpreter has Unsloth installed system-wide")
-    return SimpleNamespace(command=[python, "-m", "unsloth_diffusion_norm"], python=python,
-                           env={"PYTHONPATH": PACKAGE_ROOT})
+    return SimpleNamespace(
+        command=[python, "-m", "unsloth_diffusion_norm"], python=python, env={"PYTHONPATH": PACKAGE_ROOT}
+    )
 
 
 @pytest.mark.parametrize("args", [["status"], ["doctor"], ["reproduce"], ["bench", "--quick"]])
@@ -121,10 +129,15 @@ def test_without_unsloth_doctor_json_still_prints_its_report(without_unsloth, pl
 def test_without_unsloth_the_version_says_so_and_apply_names_what_to_install(without_unsloth, places):
     done = run(["--version"], places, command=without_unsloth.command, env=without_unsloth.env)
     assert done.stdout.strip() == f"{PROG} {unsloth_diffusion_norm.__version__} (Unsloth not installed)"
-    done = run(["-c", "import unsloth_diffusion_norm; unsloth_diffusion_norm.apply()"], places,
-               command=[without_unsloth.python], env=without_unsloth.env)
+    done = run(
+        ["-c", "import unsloth_diffusion_norm; unsloth_diffusion_norm.apply()"],
+        places,
+        command=[without_unsloth.python],
+        env=without_unsloth.env,
+    )
     assert done.stderr.strip().splitlines()[-1] == (
-        f"RuntimeError: unsloth_diffusion_norm: Unsloth is not installed; install it with: {INSTALL}")
+        f"RuntimeError: unsloth_diffusion_norm: Unsloth is not installed; install it with: {INSTALL}"
+    )
 
 
 def test_an_unimportable_unsloth_is_one_line_and_exit_3(places):
@@ -151,6 +164,7 @@ def test_an_unsupported_unsloth_is_one_line_and_exit_2(capsys, drifted):
 
 # --- real runs: only the report on stdout, nothing left behind ---
 
+
 def test_status_prints_only_its_report_and_leaves_nothing_behind(places):
     done = run(["status"], places)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -176,25 +190,40 @@ def test_reproduce_leaves_nothing_behind(places):
 
 # --- bench --quick: run once, as a user without matplotlib, every stderr line timed as it arrives ---
 
+
 @pytest.fixture(scope="module")
 def quick_bench(tmp_path_factory):
     root = tmp_path_factory.mktemp("quick")
     cwd, tmp, out = (root / name for name in ("cwd", "tmp", "out"))
     for where in (cwd, tmp, out):
         where.mkdir()
-    command = [*blocked("matplotlib"), "bench", "--quick", "--plot", str(out / "bench.png"), "--json",
-               str(out / "bench.json")]
+    command = [
+        *blocked("matplotlib"),
+        "bench",
+        "--quick",
+        "--plot",
+        str(out / "bench.png"),
+        "--json",
+        str(out / "bench.json"),
+    ]
     started = time.monotonic()
-    child = subprocess.Popen(command, cwd=cwd, env={**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env={**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout = []
     reader = threading.Thread(target=lambda: stdout.append(child.stdout.read()))
     reader.start()
     err = [(time.monotonic() - started, line.rstrip("\n")) for line in child.stderr]
     child.wait(timeout=600)
     reader.join()
-    return SimpleNamespace(code=child.returncode, out=stdout[0], err=err, seconds=time.monotonic() - started,
-                           places=(cwd, tmp), outdir=out)
+    return SimpleNamespace(
+        code=child.returncode, out=stdout[0], err=err, seconds=time.monotonic() - started, places=(cwd, tmp), outdir=out
+    )
 
 
 @pytest.mark.once  # our own tooling, the same on every release
@@ -232,23 +261,37 @@ def test_quick_bench_leaves_nothing_behind(quick_bench):
     assert quick_bench.code == 0 and left_behind(quick_bench.places) == {}
 
 
-@pytest.mark.once  # our own tooling, the same on every release
-def test_ctrl_c_in_bench_removes_every_temporary_file(places):
+INTERRUPTED = f"{PROG} bench: interrupted; every process it started is stopped and its temporary files are removed"
+
+
+def interrupt_bench(places, when):
+    """`bench --quick` as from a person's shell, Ctrl-C'd once `when(child, stderr line)` says so; returns
+    (exit status, stderr after the interrupt, the pids of every process it had started by then)."""
     cwd, tmp = places
-    # As from a person's shell: Ctrl-C's default action, its own session, and none of what Unsloth and
-    # earlier runs wrote into this test process's environment.
-    shell = {k: v for k, v in os.environ.items()
-             if not k.startswith(("UNSLOTH_", "ACCELERATE_", "PYTEST_")) or k == "UNSLOTH_ALLOW_CPU"}
-    child = subprocess.Popen([*CLI, "bench", "--quick"], cwd=cwd,
-                             env={**shell, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"},
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), start_new_session=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = ""
+    # Ctrl-C's default action, its own session, and none of what Unsloth and earlier runs wrote into this
+    # test process's environment.
+    shell = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("UNSLOTH_", "ACCELERATE_", "PYTEST_")) or k == "UNSLOTH_ALLOW_CPU"
+    }
+    child = subprocess.Popen(
+        [*CLI, "bench", "--quick"],
+        cwd=cwd,
+        env={**shell, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    err, started = "", []
     try:
         for line in child.stderr:
-            if "(run 2/" in line:  # training has started: checkpoint, run folders, compiled cache exist
+            if when(child, line):
                 break
         assert os.listdir(tmp)  # its scratch directory, while it runs
+        started = psutil.Process(child.pid).children(recursive=True)
         # Library code with a bare `except:` can swallow a Ctrl-C that lands inside it (seen once under
         # load: the bench ran on to exit 0); a person presses it again, so does the test.
         for _ in range(10):
@@ -261,6 +304,73 @@ def test_ctrl_c_in_bench_removes_every_temporary_file(places):
     finally:
         child.kill()
         child.wait()
-    assert child.returncode == 130 and "Traceback" not in err, (child.returncode, err[-2000:])
-    assert err.strip().splitlines()[-1] == f"{PROG} bench: interrupted; its temporary files are removed"
+    return child.returncode, err, started
+
+
+def command_line(process):
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # gone, or a zombie: not a rank that is up
+        return ""
+
+
+def is_rank(command):
+    """A launched rank, not the torchrun that launched it (whose command line carries the rank's)."""
+    return (
+        "unsloth_diffusion_norm.verify." in command and "--worker" in command and "torch.distributed.run" not in command
+    )
+
+
+def still_running(processes):
+    def alive(process):
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    return [p.pid for p in processes if alive(p)]
+
+
+def running_with_tmpdir_in(tmp):
+    """Every live process whose environment points into `tmp` (the bench's and all its descendants')."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("TMPDIR", "").startswith(str(tmp)) and still_running([process]):
+                found.append(process.pid)
+    return found
+
+
+@pytest.mark.once  # our own tooling, the same on every release
+def test_ctrl_c_in_bench_removes_every_temporary_file(places):
+    # training has started: checkpoint, run folders, compiled cache exist
+    code, err, started = interrupt_bench(places, lambda child, line: "(run 2/" in line)
+    assert code == 130 and "Traceback" not in err, (code, err[-2000:])
+    assert err.strip().splitlines()[-1] == INTERRUPTED
+    assert left_behind(places) == {} and still_running(started) == []
+
+
+@pytest.mark.once  # our own tooling, the same on every release
+def test_ctrl_c_while_the_bench_ranks_are_up_stops_every_process_it_started(places):
+    """torchrun puts each rank in a session of its own: the old bench, interrupted a few seconds after its
+    ranks appeared, killed torchrun alone and left the ranks running for ever, holding its scratch files."""
+    workers = []
+
+    def ranks_up(child, line):
+        if "count collectives" not in line:
+            return False
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            workers[:] = [p for p in psutil.Process(child.pid).children(recursive=True) if is_rank(command_line(p))]
+            if len(workers) == 2:
+                time.sleep(3)  # both ranks importing Unsloth: where the old code leaked them
+                return True
+            time.sleep(0.1)
+        raise AssertionError("the bench's 2 ranks never appeared")
+
+    code, err, started = interrupt_bench(places, ranks_up)
+    assert len(workers) == 2 and {p.pid for p in workers} <= {p.pid for p in started}
+    assert code == 130 and "Traceback" not in err, (code, err[-2000:])
+    assert still_running(started) == [] and running_with_tmpdir_in(places[1]) == []
+    assert err.strip().splitlines()[-1] == INTERRUPTED
     assert left_behind(places) == {}

@@ -27,14 +27,24 @@ import tempfile
 import threading
 import time
 
-from . import tables
+from . import processes, tables
 
 GRADIENT_ACCUMULATION = (1, 4, 8)
 MODELS = {
     # name: (config overrides, prompt length, answer length)
     "tiny": ({}, 3, 9),
-    "larger": (dict(vocab_size=32000, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                    num_attention_heads=4, max_position_embeddings=512), 12, 499),
+    "larger": (
+        dict(
+            vocab_size=32000,
+            hidden_size=256,
+            intermediate_size=1024,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+        ),
+        12,
+        499,
+    ),
 }
 QUICK = dict(models=("tiny",), blocks=2, steps=1)  # a smoke run: every figure, none of them a measurement
 PLOT_HINT = "pip install 'unsloth-diffusion-norm[bench]'"  # matplotlib is an optional extra
@@ -45,11 +55,16 @@ def variants(mode):
     from ..registry import NATIVE
 
     if mode == NATIVE:
-        return [("native (Unsloth's own)", True, {}),
-                ("native + diffusion_noise='global'", True, {"diffusion_noise": "global"}),
-                ("native + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"})]
-    return [("unpatched", False, {}), ("plugin", True, {}),
-            ("plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"})]
+        return [
+            ("native (Unsloth's own)", True, {}),
+            ("native + diffusion_noise='global'", True, {"diffusion_noise": "global"}),
+            ("native + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
+        ]
+    return [
+        ("unpatched", False, {}),
+        ("plugin", True, {}),
+        ("plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
+    ]
 
 
 def examples(vocab, prompt, answer, n, seed=0):
@@ -65,8 +80,6 @@ def examples(vocab, prompt, answer, n, seed=0):
 def _rss_kib(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
 
 
 class Progress:
@@ -124,8 +137,16 @@ def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets the peak resident set (VmHWM) to the current one
         start = _rss_kib("VmRSS")
-        experiment.train(data[: ga * (steps + 1)], gradient_accumulation_steps=ga, checkpoint=checkpoint,
-                         record=False, before_train=clock.attach, logging_steps=10**6, **flags, **where)
+        experiment.train(
+            data[: ga * (steps + 1)],
+            gradient_accumulation_steps=ga,
+            checkpoint=checkpoint,
+            record=False,
+            before_train=clock.attach,
+            logging_steps=10**6,
+            **flags,
+            **where,
+        )
         peak = _rss_kib("VmHWM")
     finally:
         unsloth_diffusion_norm.apply()
@@ -134,8 +155,10 @@ def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
 
 def import_cost(repeats=5):
     """Milliseconds for `import unsloth_diffusion_norm` in a fresh interpreter, and whether torch came."""
-    code = ("import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm; "
-            "print((time.perf_counter() - t) * 1000, 'torch' in sys.modules, 'unsloth' in sys.modules)")
+    code = (
+        "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm; "
+        "print((time.perf_counter() - t) * 1000, 'torch' in sys.modules, 'unsloth' in sys.modules)"
+    )
     runs = []
     for _ in range(repeats):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -144,9 +167,9 @@ def import_cost(repeats=5):
 
 
 def collectives():
-    from . import data_parallel
+    from .ranks import launch
 
-    rows = data_parallel.launch(2, ["unequal-counts"])
+    rows = launch(2, ["unequal-counts"])
     return sorted({c for row in rows for c in row["collectives"]})
 
 
@@ -157,20 +180,32 @@ def memory_in_child(models, log, workdir):
 
     out = os.path.join(workdir, "memory.json")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
-    command = [sys.executable, "-m", "unsloth_diffusion_norm", "bench", "--memory-only", "--blocks", "1",
-               "--steps", "1", "--no-ddp", "--plot", "", "--json", out, "--models", *models]
+    command = [
+        sys.executable,
+        "-m",
+        "unsloth_diffusion_norm",
+        "bench",
+        "--memory-only",
+        "--blocks",
+        "1",
+        "--steps",
+        "1",
+        "--no-ddp",
+        "--plot",
+        "",
+        "--json",
+        out,
+        "--models",
+        *models,
+    ]
     tail = collections.deque(maxlen=40)  # what to show if it fails
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    # Stopped and reaped however this ends (Ctrl-C included) before the caller removes the directory it writes into.
+    with processes.group(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child:
         for line in child.stderr:
             tail.append(line)
             if line.startswith("bench [") and "still running" not in line:
                 log("memory process: " + line.split("] ", 1)[-1].strip())
         child.wait()
-    except BaseException:  # Ctrl-C: the parent removes the directory the child writes into, so stop it first
-        child.kill()
-        child.wait()
-        raise
     if child.returncode != 0:
         raise RuntimeError(f"the memory process failed (exit {child.returncode}):\n{''.join(tail)}")
     with open(out) as f:
@@ -193,23 +228,33 @@ def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print,
     try:
         return _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        with processes.deferred_interrupts():
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
-    from . import fixtures
     from ..activation import status
+    from . import fixtures
 
     mode = status().mode
-    found = {"mode": mode, "unsloth": status().unsloth_version, "quick": quick, "blocks": blocks,
-             "steps": steps, "rows": []}
+    found = {
+        "mode": mode,
+        "unsloth": status().unsloth_version,
+        "quick": quick,
+        "blocks": blocks,
+        "steps": steps,
+        "rows": [],
+    }
     if plot and not can_plot():
         log(f"no plot: matplotlib is not installed ({PLOT_HINT})")
     runs, total = 0, len(models) * blocks * len(GRADIENT_ACCUMULATION) * len(variants(mode))
     for name in models:
         overrides, prompt, answer = MODELS[name]
-        checkpoint = fixtures.tiny_checkpoint() if not overrides else fixtures.write_tiny_checkpoint(
-            os.path.join(workdir, name), **overrides)
+        checkpoint = (
+            fixtures.tiny_checkpoint()
+            if not overrides
+            else fixtures.write_tiny_checkpoint(os.path.join(workdir, name), **overrides)
+        )
         vocab = overrides.get("vocab_size", 97)
         data = examples(vocab, prompt, answer, max(GRADIENT_ACCUMULATION) * (steps + 1))
         times, peaks = {}, {}  # times: {(ga, variant): [each block's step seconds]}
@@ -218,8 +263,9 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
                 for label, applied, flags in variants(mode):
                     runs += 1
                     log(f"{name} model, block {b + 1}/{blocks}: GA {ga}, {label} (run {runs}/{total})")
-                    seconds, peak, above = block(checkpoint, data, ga, applied, flags, steps,
-                                                 output_dir=os.path.join(workdir, "run"))
+                    seconds, peak, above = block(
+                        checkpoint, data, ga, applied, flags, steps, output_dir=os.path.join(workdir, "run")
+                    )
                     times.setdefault((ga, label), []).append(seconds)
                     peaks.setdefault((ga, label), []).append((peak, above))
         every = {key: [s for one in blocks_of for s in one] for key, blocks_of in times.items()}
@@ -227,12 +273,19 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
             base = statistics.median(every[(ga, variants(mode)[0][0])])
             for label, _, _ in variants(mode):
                 median = statistics.median(every[(ga, label)])
-                found["rows"].append(dict(
-                    model=name, ga=ga, variant=label, step_ms=median * 1000, ratio=median / base,
-                    spread=spread(times[(ga, label)]),
-                    peak_mib=max(p for p, _ in peaks[(ga, label)]) / 1024,
-                    above_mib=max(a for _, a in peaks[(ga, label)]) / 1024, samples=len(every[(ga, label)]),
-                ))
+                found["rows"].append(
+                    dict(
+                        model=name,
+                        ga=ga,
+                        variant=label,
+                        step_ms=median * 1000,
+                        ratio=median / base,
+                        spread=spread(times[(ga, label)]),
+                        peak_mib=max(p for p, _ in peaks[(ga, label)]) / 1024,
+                        above_mib=max(a for _, a in peaks[(ga, label)]) / 1024,
+                        samples=len(every[(ga, label)]),
+                    )
+                )
     if memory_only:
         return found
     if sys.platform == "linux" and not quick:
@@ -252,17 +305,21 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
     return found
 
 
-QUICK_LABEL = ("quick smoke run ({blocks} blocks of {steps} timed step, tiny model, memory from the timing "
-               "process): every figure is produced, none is a measurement - run `unsloth-diffusion-norm bench` "
-               "for those")
+QUICK_LABEL = (
+    "quick smoke run ({blocks} blocks of {steps} timed step, tiny model, memory from the timing "
+    "process): every figure is produced, none is a measurement - run `unsloth-diffusion-norm bench` "
+    "for those"
+)
 
 
 def noise_note(found):
     """A ratio whose distance from 1 is within the spread between blocks (its own or its baseline's) is
     noise, not an effect: name those rows. None when every ratio stands out of its noise."""
     if found["blocks"] < 2:
-        return ("note: one block per figure, so nothing shows how much step times vary between blocks; "
-                "use --blocks 3 or more before reading the ratios")
+        return (
+            "note: one block per figure, so nothing shows how much step times vary between blocks; "
+            "use --blocks 3 or more before reading the ratios"
+        )
     baselines, noisy, compared = {}, [], 0
     for r in found["rows"]:
         base = baselines.setdefault((r["model"], r["ga"]), r)  # the first variant of each model and GA
@@ -274,8 +331,10 @@ def noise_note(found):
             noisy.append(f"{r['model']} GA {r['ga']} {r['variant']} {r['ratio']:.3f} (blocks {noise:.0%} apart)")
     if not noisy:
         return None
-    return (f"note: in {len(noisy)} of {compared} rows the blocks' step times spread further apart than the "
-            f"ratio is from 1, so the ratio is noise, not an effect: " + "; ".join(noisy))
+    return (
+        f"note: in {len(noisy)} of {compared} rows the blocks' step times spread further apart than the "
+        f"ratio is from 1, so the ratio is noise, not an effect: " + "; ".join(noisy)
+    )
 
 
 def render(found):
@@ -287,10 +346,29 @@ def render(found):
     ]
     ga1 = {(r["model"], r["variant"]): r["peak_mib"] for r in found["rows"] if r["ga"] == 1}
     lines += tables.markdown(
-        ["model", "GA", "variant", "step time (ms)", "ratio to first variant", "peak RSS (MiB)",
-         "peak above start (MiB)", "peak vs GA 1"],
-        [[r["model"], r["ga"], r["variant"], f"{r['step_ms']:.1f}", f"{r['ratio']:.3f}", f"{r['peak_mib']:.0f}",
-          f"{r['above_mib']:.1f}", f"{r['peak_mib'] / ga1[(r['model'], r['variant'])]:.3f}"] for r in found["rows"]],
+        [
+            "model",
+            "GA",
+            "variant",
+            "step time (ms)",
+            "ratio to first variant",
+            "peak RSS (MiB)",
+            "peak above start (MiB)",
+            "peak vs GA 1",
+        ],
+        [
+            [
+                r["model"],
+                r["ga"],
+                r["variant"],
+                f"{r['step_ms']:.1f}",
+                f"{r['ratio']:.3f}",
+                f"{r['peak_mib']:.0f}",
+                f"{r['above_mib']:.1f}",
+                f"{r['peak_mib'] / ga1[(r['model'], r['variant'])]:.3f}",
+            ]
+            for r in found["rows"]
+        ],
     )
     note = noise_note(found)
     lines += [

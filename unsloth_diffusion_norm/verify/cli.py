@@ -80,12 +80,21 @@ def _setting(text):
 
 
 def _own_model_options(command):
-    command.add_argument("--model", metavar="DIR",
-                         help="run the self-check on a tiny random copy of this local checkpoint's architecture, "
-                         "built from its own remote code (its weights are never read; nothing is downloaded)")
-    command.add_argument("--set", action="append", type=_setting, default=[], metavar="KEY=VALUE",
-                         help="with --model: set a key of the tiny copy's config (a JSON value), for a size key "
-                         "the shrink does not know; repeatable")
+    command.add_argument(
+        "--model",
+        metavar="DIR",
+        help="run the self-check on a tiny random copy of this local checkpoint's architecture, "
+        "built from its own remote code (its weights are never read; nothing is downloaded)",
+    )
+    command.add_argument(
+        "--set",
+        action="append",
+        type=_setting,
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --model: set a key of the tiny copy's config (a JSON value), for a size key "
+        "the shrink does not know; repeatable",
+    )
 
 
 def _parser():
@@ -102,7 +111,8 @@ def _parser():
     _own_model_options(reproduce)
     commands.add_parser("status", help="print what the plugin did to the installed Unsloth")
     doctor = commands.add_parser(
-        "doctor", help="is this stack affected, is the fix live, and a self-check against the oracle",
+        "doctor",
+        help="is this stack affected, is the fix live, and a self-check against the oracle",
         description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
         "fixed, or self-check failed; 2 unsupported Unsloth, or a --model DIR the self-check cannot run on; "
         "3 Unsloth not installed or not importable.",
@@ -110,14 +120,20 @@ def _parser():
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (always, also on errors)")
     _own_model_options(doctor)
     bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
-    bench.add_argument("--quick", action="store_true",
-                       help="smoke run of every figure in about a minute (tiny model, 2 blocks of 1 step); "
-                       "its ratios are not measurements")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run of every figure in about a minute (tiny model, 2 blocks of 1 step); "
+        "its ratios are not measurements",
+    )
     bench.add_argument("--models", nargs="+", choices=["tiny", "larger"], help="default: tiny larger")
     bench.add_argument("--blocks", type=_positive_int, help="interleaved blocks per variant and GA (default 3)")
     bench.add_argument("--steps", type=_positive_int, help="timed optimizer steps per block (default 3)")
-    bench.add_argument("--plot", type=_writable,
-                       help="PNG path (needs matplotlib); '' for none (default: bench.png, none with --quick)")
+    bench.add_argument(
+        "--plot",
+        type=_writable,
+        help="PNG path (needs matplotlib); '' for none (default: bench.png, none with --quick)",
+    )
     bench.add_argument("--no-ddp", action="store_true", help="skip the 2-rank collective count")
     bench.add_argument("--json", type=_writable, help="also write the measurements here")
     bench.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
@@ -143,6 +159,7 @@ def _scratch_space():
     by default it lands in the current directory) and the tiny model's copied remote code
     (HF_MODULES_CACHE). Only this process sees these settings; a user's own training keeps Unsloth's."""
     root = tempfile.mkdtemp(prefix="udn-cli-")
+    _SCRATCH.append(root)
     settings = {"TMPDIR": root}
     if not {"unsloth", "transformers"} & sys.modules.keys():  # both read these once, when imported
         for name, leaf in (("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"), ("HF_MODULES_CACHE", "hf_modules")):
@@ -155,13 +172,19 @@ def _scratch_space():
     try:
         yield root
     finally:
-        tempfile.tempdir = saved_tempdir
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(root, ignore_errors=True)
+        from .processes import deferred_interrupts
+
+        with deferred_interrupts():  # a second Ctrl-C must not cut the removal short
+            tempfile.tempdir = saved_tempdir
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            shutil.rmtree(root, ignore_errors=True)
+
+
+_SCRATCH = []  # every scratch directory this process made: what an interrupted command reports on
 
 
 def _installed_unsloth():
@@ -187,8 +210,9 @@ def _import_unsloth():
             import unsloth  # noqa: F401 - the plugin's hooks act on this import
     except Exception as error:  # noqa: BLE001 - whatever breaks the import, the user gets one line
         detail = " ".join(str(error).split())
-        raise Failure(f"Unsloth {version} is installed but `import unsloth` fails: {type(error).__name__}: {detail}",
-                      NO_UNSLOTH) from None
+        raise Failure(
+            f"Unsloth {version} is installed but `import unsloth` fails: {type(error).__name__}: {detail}", NO_UNSLOTH
+        ) from None
 
 
 def _refuse_unsupported():
@@ -278,10 +302,16 @@ def _bench(args):
     from . import bench
 
     if args.quick and (args.models or args.blocks or args.steps):
-        raise Failure(f"{PROG} bench: --quick sets the model, blocks and steps itself; leave out --models, "
-                      f"--blocks and --steps", USAGE)
+        raise Failure(
+            f"{PROG} bench: --quick sets the model, blocks and steps itself; leave out --models, --blocks and --steps",
+            USAGE,
+        )
     preset = bench.QUICK if args.quick else dict(models=("tiny", "larger"), blocks=3, steps=3)
-    models, blocks, steps = args.models or preset["models"], args.blocks or preset["blocks"], args.steps or preset["steps"]
+    models, blocks, steps = (
+        args.models or preset["models"],
+        args.blocks or preset["blocks"],
+        args.steps or preset["steps"],
+    )
     plot = args.plot
     if plot is None and not args.quick:
         try:
@@ -294,8 +324,16 @@ def _bench(args):
         _import_unsloth()
         _refuse_unsupported()
         with contextlib.redirect_stdout(io.StringIO()):  # the Trainer's banners, once per run: not progress
-            found = bench.run(blocks, steps, models, plot or None, not args.no_ddp, log=progress.say,
-                              memory_only=args.memory_only, quick=args.quick)
+            found = bench.run(
+                blocks,
+                steps,
+                models,
+                plot or None,
+                not args.no_ddp,
+                log=progress.say,
+                memory_only=args.memory_only,
+                quick=args.quick,
+            )
         progress.say("done")
     if not args.memory_only:
         print(bench.render(found))
@@ -329,7 +367,22 @@ def main(argv=None):
         print(line if line.startswith(PROG) else f"{PROG} {args.command}: {line}", file=sys.stderr)
         return failure.code
     except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted; its temporary files are removed", file=sys.stderr)
+        from .processes import deferred_interrupts, left_running
+
+        with deferred_interrupts():  # said only when true
+            running, files = left_running(), [root for root in _SCRATCH if os.path.exists(root)]
+            if running or files:
+                print(
+                    f"{PROG} {args.command}: interrupted; still running: processes {running or 'none'}; left "
+                    f"behind: {', '.join(files) or 'no files'}",
+                    file=sys.stderr,
+                )
+            else:
+                print(
+                    f"{PROG} {args.command}: interrupted; every process it started is stopped and its temporary "
+                    "files are removed",
+                    file=sys.stderr,
+                )
         return INTERRUPTED
 
 

@@ -1,0 +1,79 @@
+"""No import circle among the package's modules: every import counts, at module level or inside a function,
+so that a piece two modules need lies below both. Read from the source, nothing imported."""
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).parents[2] / "unsloth_diffusion_norm"
+NAME = PACKAGE.name
+
+
+def modules():
+    """{dotted module name: source path} for every module of the package."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(name, path, known):
+    """The package's modules that `name` imports anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            # `from . import x` names a module when x is one, otherwise something the base module defines
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import a.b.c` imports a.b.c, whose nearest module we know
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def cycle(graph):
+    """One import circle as a list of modules, or None."""
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def graph():
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_the_import_graph_is_read_right():
+    edges = graph()
+    assert f"{NAME}.verify.ranks" in edges[f"{NAME}.verify.data_parallel"]  # from .ranks import launch
+    assert f"{NAME}.verify.tables" in edges[f"{NAME}.verify.sharded"]  # from . import data_parallel, ranks, tables
+    assert f"{NAME}.registry" in edges[f"{NAME}.verify.ranks"]  # from ..registry import NATIVE
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_module_imports_itself_through_others():
+    assert cycle(graph()) is None

@@ -1,0 +1,89 @@
+"""The proof's launched processes are stopped whole: a launcher's ranks sit in sessions of their own (as
+torchrun puts them), so killing the launcher alone leaves them running. Real processes, no Unsloth."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from unsloth_diffusion_norm.verify import processes
+
+# A launcher in miniature: starts a "rank" in a session of its own that writes its pid and hangs, then hangs
+# itself (or, with --leave, exits once the rank is up and leaves it running, parented to init).
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    rank = "import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+    rank += "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(3600)"
+    subprocess.Popen([sys.executable, "-c", rank, sys.argv[1]], start_new_session=True)
+    if "--leave" in sys.argv:
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.01)
+    else:
+        time.sleep(3600)
+""")
+
+
+def rank_pid(path, seconds=20):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return int(open(path).read())
+        time.sleep(0.05)
+    raise AssertionError("the rank never started")
+
+
+def running(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_hung_launch_times_out_and_leaves_no_rank_running(tmp_path):
+    pid_file = str(tmp_path / "rank.pid")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="ran past 3 s; every process it started is stopped"):
+        processes.run([sys.executable, "-c", LAUNCHER, pid_file], timeout=3)
+    assert time.monotonic() - started < 30
+    assert not running(rank_pid(pid_file))
+
+
+def test_an_interrupted_launch_stops_its_ranks_in_their_own_sessions(tmp_path):
+    pid_file = str(tmp_path / "rank.pid")
+    with pytest.raises(KeyboardInterrupt):
+        with processes.group([sys.executable, "-c", LAUNCHER, pid_file]) as child:
+            pid = rank_pid(pid_file)
+            assert psutil.Process(pid).ppid() == child.pid and os.getsid(pid) == pid  # a session of its own
+            raise KeyboardInterrupt
+    assert not running(pid) and child.returncode is not None  # our own child is reaped too
+    assert processes.left_running() == []
+
+
+def test_a_rank_its_launcher_left_behind_is_found_by_its_marker_and_stopped(tmp_path):
+    pid_file = str(tmp_path / "rank.pid")
+    done = processes.run([sys.executable, "-c", LAUNCHER, pid_file, "--leave"], timeout=60)
+    assert done.returncode == 0
+    assert not running(rank_pid(pid_file))
+
+
+def test_a_second_ctrl_c_waits_until_the_cleanup_is_done():
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with processes.deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)  # the signal is delivered here, and only recorded
+            finished.append(True)
+    assert finished == [True]
+    with processes.deferred_interrupts():  # nothing pressed: nothing raised
+        pass
+
+
+def test_a_command_that_succeeds_is_an_ordinary_completed_process():
+    done = processes.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "out\n", "err\n")
+    assert isinstance(done, subprocess.CompletedProcess)

@@ -1,0 +1,67 @@
+"""The cases of the launched-rank runs: which examples each rank trains on, and how. `CASES` are the
+data-parallel ones (`data_parallel`); `SHARDED` are those run under every sharded engine (`sharded`)."""
+
+from dataclasses import dataclass, replace
+
+from .fixtures import LONG, SHORT, answers, unsupervised
+
+
+@dataclass
+class Case:
+    ranks: int
+    per_rank: list  # rank -> its examples, in order
+    gradient_accumulation_steps: int = 2
+    average_tokens_across_devices: bool = True
+    # False: the per-micro-batch normalization (the unpatched release, or the 'microbatch' flag on a
+    # natively fixed one), a control that must miss the oracle.
+    patched: bool = True
+    evaluate: bool = False
+    # Unsloth's gradient-accumulation rewrite of transformers.Trainer (installed on GPU hosts at load
+    # time). Irreversible in a process, so such cases run last in their launch.
+    unsloth_ga_trainer: bool = False
+    # Train with a checkpoint every `resume_at` steps, resume from the first one in a fresh trainer,
+    # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
+    resume_at: int = None
+    diffusion_noise: str = None  # the per-run noise flag
+    lora: str = None  # fixtures.load_model's LoRA variant
+    seed: int = 3  # realized counts differ between micro-batches and between ranks
+
+    def examples(self):
+        """The global order: accelerate deals micro-batches round-robin (rank r gets r, r+W, ...)."""
+        return [rank[i] for i in range(len(self.per_rank[0])) for rank in self.per_rank]
+
+
+CASES = {
+    "unequal-counts": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], evaluate=True),
+    "unequal-counts-unpatched": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], patched=False),
+    "rank-with-zero-masked-tokens": Case(2, [answers(LONG, 2), unsupervised(2)]),
+    "all-ranks-empty": Case(2, [unsupervised(2), unsupervised(2)]),
+    "rank-local-counts": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], average_tokens_across_devices=False),
+    "ga3-partial-last-window": Case(
+        2,
+        [answers(LONG, 2) + answers(SHORT, 2, 14), answers(SHORT, 3, 16) + answers(LONG, 1, 19)],
+        gradient_accumulation_steps=3,
+    ),
+    "unequal-counts-unsloth-ga-trainer": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], unsloth_ga_trainer=True),
+    "resume-mid-epoch": Case(2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2),
+    "per-sample-noise": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], diffusion_noise="per_sample"),
+    "per-sample-resume": Case(2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2, diffusion_noise="per_sample"),
+    "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
+    "three-ranks-rank-local": Case(
+        3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False
+    ),
+}
+
+UNEQUAL = [answers(LONG, 2), answers(SHORT, 2, 14)]
+# The data-parallel cases (evaluation is left to the DDP runs), and LoRA with the output head frozen.
+SHARDED = {
+    "unequal-counts": replace(CASES["unequal-counts"], evaluate=False),
+    "unequal-counts-unpatched": CASES["unequal-counts-unpatched"],
+    "rank-with-zero-masked-tokens": CASES["rank-with-zero-masked-tokens"],
+    "all-ranks-empty": CASES["all-ranks-empty"],
+    "rank-local-counts": CASES["rank-local-counts"],
+    "ga3-partial-last-window": CASES["ga3-partial-last-window"],
+    "lora-frozen-head": Case(2, UNEQUAL, lora="frozen-head"),
+    "per-sample-noise": CASES["per-sample-noise"],
+    "resume-mid-epoch": CASES["resume-mid-epoch"],
+}

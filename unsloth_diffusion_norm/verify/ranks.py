@@ -1,0 +1,246 @@
+"""Launched ranks: what each process of a data-parallel or sharded run does (train one case, record its
+windows, judge itself against the oracle over all ranks' data), and how the processes are launched.
+
+    python -m unsloth_diffusion_norm.verify.ranks --worker ...   # inside a launched process (see `launch`)
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+
+from ..registry import NATIVE
+from . import engines, fixtures, processes
+from .dp_cases import CASES, SHARDED
+from .instruments import CollectiveCounter
+
+EVAL_SEED = 1234
+
+
+@dataclass
+class RankResult:
+    case: str
+    rank: int
+    ranks: int
+    counts: list  # window -> rank -> realized masked tokens per micro-batch
+    logged_loss: list
+    reference_loss: list
+    grad_error: float
+    param_error: float
+    worst: float
+    collectives: list  # per window
+    model_wrapped: str
+    eval_loss: float = None
+    eval_reference: float = None
+    eval_unpatched: float = None
+    resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
+    checkpoint: list = None  # the files of the checkpoint a run resumed from
+    noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
+    sample_masks: dict = None  # per-sample noise: generator seed -> (own tokens, masked)
+    engine: str = None  # engines.ENGINES name; None: DDP
+    engine_on: bool = None  # the engine really wraps and shards the model
+    layout: str = None  # what it did, in words
+    ok: bool = False
+
+
+def run_case(name, case, engine=None):
+    """Train one case on this rank (under an engines.ENGINES engine, or DDP); every rank returns its own
+    RankResult."""
+    import torch.distributed as dist
+
+    import unsloth_diffusion_norm
+
+    from . import engines, experiment, judging, oracle
+
+    unsloth_diffusion_norm.apply()
+    if case.unsloth_ga_trainer:
+        import transformers
+        from unsloth.models._utils import patch_gradient_accumulation_fix
+
+        patch_gradient_accumulation_fix(transformers.Trainer)
+        assert transformers.Trainer.get_batch_samples.__name__ == "_unsloth_get_batch_samples"
+    counter = CollectiveCounter()
+    train = experiment.train if case.patched else experiment.train_per_micro_batch
+    settings = dict(
+        gradient_accumulation_steps=case.gradient_accumulation_steps,
+        seed=case.seed,
+        eval_examples=case.examples() if case.evaluate else None,
+        average_tokens_across_devices=case.average_tokens_across_devices,
+        before_train=counter.attach,
+    )
+    if case.lora is not None:
+        settings["lora"] = case.lora
+    if engine is not None:
+        settings.update(
+            engine.training_args, gathered=engines.gathered(engine), record_with=engines.record_with(engine)
+        )
+    if case.diffusion_noise is not None:
+        settings["diffusion_noise"] = case.diffusion_noise
+    elif case.resume_at and unsloth_diffusion_norm.status().mode == NATIVE:
+        settings["diffusion_noise"] = "global"  # resume-exact draws are an opt-in on 2026.10.7+
+    resume_difference = checkpoint = None
+    try:
+        if case.resume_at:
+            # The launcher's working directory is shared by the ranks: the checkpoint goes there.
+            workdir = os.path.join(os.getcwd(), name)
+            runs = experiment.train_and_resume(case.examples(), case.resume_at, workdir, **settings)
+            run, resume_difference = runs.resumed, runs.difference
+            saved = os.path.join(workdir, "full", f"checkpoint-{case.resume_at}")
+            checkpoint = sorted(os.path.relpath(os.path.join(d, f), saved) for d, _, fs in os.walk(saved) for f in fs)
+        else:
+            run = train(case.examples(), **settings)
+    finally:
+        counter.detach()
+    trainer = run.trainer
+    world, rank = dist.get_world_size(), dist.get_rank()
+    assert world == case.ranks, f"{name}: launched with {world} ranks, the case needs {case.ranks}"
+
+    seen = [None] * world
+    dist.all_gather_object(seen, [(w.batches, w.rng_state) for w in run.windows])
+    rank_local = not case.average_tokens_across_devices
+    verdicts = [
+        judging.judge(run, window, ranks=[r[i] for r in seen], rank_local=rank_local)
+        for i, window in enumerate(run.windows)
+    ]
+    result = RankResult(
+        case=name,
+        rank=rank,
+        ranks=world,
+        counts=[
+            [[int(m.masked.sum()) for m in judging.realized(*r[i])] for r in seen] for i in range(len(run.windows))
+        ],
+        noise_levels=[judging.noise_levels(*window) for window in seen[rank]],
+        sample_masks=(
+            {str(k): v for k, v in judging.masks_by_sample(seen[rank]).items()}
+            if case.diffusion_noise == "per_sample"
+            else None
+        ),
+        logged_loss=[w.logged_loss for w in run.windows],
+        reference_loss=[v.reference_loss for v in verdicts],
+        grad_error=max(v.grad_error for v in verdicts),
+        param_error=max(v.param_error for v in verdicts),
+        worst=max(v.worst for v in verdicts),
+        collectives=counter.per_window,
+        model_wrapped=type(trainer.model_wrapped).__name__,
+        resume_difference=resume_difference,
+        checkpoint=checkpoint,
+    )
+    if engine is not None:
+        result.engine = engine.name
+        result.engine_on, result.layout = engines.layout(engine, trainer)
+    if case.evaluate:
+        result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
+        everyone = [None] * world
+        dist.all_gather_object(everyone, evaluated)
+        model = run.reference_model
+        model.load_state_dict(trainer.model.state_dict())
+        result.eval_reference = judging.expected_evaluation_loss(model, [s for r in everyone for s in r])
+        result.worst = max(
+            result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
+        )
+        with unsloth_diffusion_norm.unpatched():
+            result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
+    result.ok = result.worst <= 1.0
+    return result
+
+
+def worker(names, out, engine_name=None):
+    """Inside a launched process: run the named cases, gather every rank's results, rank 0 writes them."""
+    import contextlib
+    import io
+
+    import torch.distributed as dist
+
+    import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import unsloth  # noqa: F401
+
+    engine = engines.ENGINES[engine_name] if engine_name else None
+    cases = SHARDED if engine else CASES
+    if engine is not None:
+        engines.prepare(engine)
+    results = []
+    for name in names:
+        with contextlib.redirect_stdout(io.StringIO()):
+            mine = run_case(name, cases[name], engine)
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, asdict(mine))
+        results.extend(everyone)
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+LAUNCHERS = ("torchrun", "accelerate")
+
+
+def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
+    """Start `ranks` real processes the way users do and return every rank's result of every case
+    (under an engines.ENGINES engine, launched as that engine says, or plain DDP). The launcher and every
+    rank are stopped and reaped when it returns, fails, times out or is interrupted."""
+    scratch = tempfile.mkdtemp(prefix="udn-ddp-")
+    try:
+        out = os.path.join(scratch, "results.json")
+        module = ["-m", __name__, "--worker", "--json", out, "--cases", *names]
+        # Unsloth writes its compile cache into the working directory: keep it out of the user's.
+        cwd = os.path.join(scratch, "cwd")
+        os.mkdir(cwd)
+        if engine is not None:
+            module += ["--engine", engine.name]
+            command, launcher = engines.command(engine, ranks, cwd), engine.launcher
+        elif launcher == "torchrun":
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+        elif launcher == "accelerate":
+            command = [
+                sys.executable,
+                "-m",
+                "accelerate.commands.launch",
+                "--multi_gpu",
+                f"--num_processes={ranks}",
+                "--num_machines=1",
+                "--mixed_precision=no",
+                "--dynamo_backend=no",
+                "--main_process_port=0",
+            ]
+        else:
+            raise ValueError(f"launcher must be one of {LAUNCHERS}, not {launcher!r}")
+        env = {
+            **os.environ,
+            **fixtures.CPU_ENVIRONMENT,
+            "OMP_NUM_THREADS": "1",  # several ranks share few cores
+            "PYTHONWARNINGS": "ignore",
+            **(engines.environment(engine) if engine is not None else {}),
+        }
+        what = f"{launcher} with {ranks} ranks{f' ({engine.name})' if engine else ''}"
+        try:
+            done = processes.run(command + module, timeout, env=env, cwd=cwd)
+        except TimeoutError as error:
+            raise RuntimeError(f"{what} timed out: {error}") from None
+        if done.returncode != 0:
+            raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        with processes.deferred_interrupts():  # checkpoints of the resume cases, the results file
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", action="store_true", required=True)
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--cases", nargs="+", required=True)
+    parser.add_argument("--engine")
+    args = parser.parse_args(argv)
+    worker(args.cases, args.json, args.engine)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
