@@ -5,12 +5,12 @@ import json
 
 import pytest
 import wrapt
-
-import unsloth_diffusion_norm
-from unsloth_diffusion_norm import config, registry
 from unsloth.models.diffusion_masked import MaskedDiffusionProfile
 from unsloth.models.diffusion_profiles import diffusion_profiles
 from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm import config, registry
 
 
 def nemotron():
@@ -52,7 +52,10 @@ def test_native_release_keeps_its_training_path(plugin):
     def training_path():
         return {
             **{f"DiffusionTrainer.{n}": vars(DiffusionTrainer).get(n) for n in TRAINING_PATH},
-            **{f"MaskedDiffusionProfile.{n}": vars(MaskedDiffusionProfile).get(n) for n in ("compute_loss", "prepare_batch")},
+            **{
+                f"MaskedDiffusionProfile.{n}": vars(MaskedDiffusionProfile).get(n)
+                for n in ("compute_loss", "prepare_batch")
+            },
             **{f"Trainer.{n}": v for n, v in vars(transformers.Trainer).items()},
             "nemotron.loss_normalization": nemotron().loss_normalization,
         }
@@ -115,8 +118,9 @@ def _construct(tmp_path, profile, positional=False, **flags):
     data = Dataset.from_list([fixtures.Example([10], [20]).row()])
     if positional:  # DiffusionTrainer(model, args, ...), as scripts also write it
         return DiffusionTrainer(model, args, train_dataset=data, processing_class=tokenizer, diffusion_profile=profile)
-    return DiffusionTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                            diffusion_profile=profile)
+    return DiffusionTrainer(
+        model=model, args=args, train_dataset=data, processing_class=tokenizer, diffusion_profile=profile
+    )
 
 
 def test_a_trainer_built_with_positional_arguments_is_set_up_as_with_keywords(plugin, tmp_path):
@@ -150,16 +154,23 @@ def test_the_flags_default_to_none_on_the_class_too(plugin):
 BLOCK = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
 
 
-@pytest.mark.parametrize("flags, refusal", [
-    ({}, None),  # no flag: the release's own block-diffusion run
-    ({"diffusion_loss_normalization": "microbatch"}, None),
-    ({"diffusion_loss_normalization": "window"},
-     "unsloth_diffusion_norm: diffusion_loss_normalization='window': window normalization is implemented for the "
-     "masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {name!r}. Use None or 'microbatch'."),
-    ({"diffusion_noise": "per_sample"},
-     "unsloth_diffusion_norm: diffusion_noise='per_sample' is implemented for the masked-diffusion profiles, not "
-     "for {name!r}. Leave it at None."),
-])
+@pytest.mark.parametrize(
+    "flags, refusal",
+    [
+        ({}, None),  # no flag: the release's own block-diffusion run
+        ({"diffusion_loss_normalization": "microbatch"}, None),
+        (
+            {"diffusion_loss_normalization": "window"},
+            "unsloth_diffusion_norm: diffusion_loss_normalization='window': window normalization is implemented for the "
+            "masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {name!r}. Use None or 'microbatch'.",
+        ),
+        (
+            {"diffusion_noise": "per_sample"},
+            "unsloth_diffusion_norm: diffusion_noise='per_sample' is implemented for the masked-diffusion profiles, not "
+            "for {name!r}. Leave it at None.",
+        ),
+    ],
+)
 def test_a_flag_a_non_masked_profile_cannot_honour_is_refused_at_construction(plugin, tmp_path, flags, refusal):
     if refusal is None:
         assert _construct(tmp_path, BLOCK, **flags).diffusion_profile.name == BLOCK.name
@@ -176,7 +187,8 @@ def test_per_sample_noise_with_a_profiles_own_other_normalization_is_refused_by_
         _construct(tmp_path, llada, diffusion_noise="per_sample")
     assert str(refused.value) == (
         "unsloth_diffusion_norm: diffusion_noise='per_sample' with 'llada''s own 'answer_length' normalization is not "
-        "available on this release; set diffusion_loss_normalization='window' or leave diffusion_noise at None.")
+        "available on this release; set diffusion_loss_normalization='window' or leave diffusion_noise at None."
+    )
     assert _construct(tmp_path, llada, diffusion_noise="per_sample", diffusion_loss_normalization="window")
 
 
@@ -201,7 +213,8 @@ def test_every_missing_piece_is_named(drifted, monkeypatch):
     with pytest.raises(RuntimeError) as refused:
         unsloth_diffusion_norm.apply()
     assert str(refused.value).endswith(
-        f"unrecognised diffusion internals; missing: {owner.__name__}.{piece}, MaskedDiffusionProfile.option")
+        f"unrecognised diffusion internals; missing: {owner.__name__}.{piece}, MaskedDiffusionProfile.option"
+    )
 
 
 def test_after_a_drift_is_mended_apply_patches_again(drifted):
@@ -233,13 +246,16 @@ def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
 def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
     from unsloth_diffusion_norm.verify import experiment, fixtures
 
-    run = experiment.build([fixtures.Example([10], [20, 21])],
-                           record=False, diffusion_noise="global")
+    run = experiment.build([fixtures.Example([10], [20, 21])], record=False, diffusion_noise="global")
     trainer = run.trainer
     label = f"DiffusionTrainer at {id(trainer):#x}: "
     own = [name for name, _ in unsloth_diffusion_norm.status().patches if name.startswith(label)]
     assert sorted(name.split(": ", 1)[1] for name in own) == [
-        "diffusion_profile", "diffusion_profile.compute_loss", "get_batch_samples", "model_accepts_loss_kwargs"]
+        "diffusion_profile",
+        "diffusion_profile.compute_loss",
+        "get_batch_samples",
+        "model_accepts_loss_kwargs",
+    ]
     profile_copy = trainer.diffusion_profile
     assert profile_copy is not nemotron() and "compute_loss" in vars(profile_copy)
     unsloth_diffusion_norm.unpatch()
@@ -247,27 +263,29 @@ def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
     assert not any(name.startswith("DiffusionTrainer at ") for name, _ in unsloth_diffusion_norm.status().patches)
 
 
-def readme_table(marker):
-    """The rows of the README table between `<!-- {marker}: start` and `<!-- {marker}: end -->`, as cells
-    with the code quotes taken off."""
+def docs_table(marker):
+    """The rows of the table in docs/api.md between `<!-- {marker}: start`
+    and `<!-- {marker}: end -->`, as cells with the code quotes taken off."""
     import pathlib
 
-    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    block = text[text.index(f"<!-- {marker}: start"):text.index(f"<!-- {marker}: end -->")]
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    block = text[text.index(f"<!-- {marker}: start") : text.index(f"<!-- {marker}: end -->")]
     return [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in block.splitlines()[3:]]
 
 
-def test_the_readme_lists_every_patch_of_every_set_with_its_reason():
-    """README "Every patch, where it goes and why" is what the code builds, row for row, for each of the
+def test_the_api_page_lists_every_patch_of_every_set_with_its_reason():
+    """docs/api.md "Every patch, where it goes and why" is what the code builds, row for row, for each of the
     three patch sets (built here without applying them; the real release's modules are their owners)."""
     import importlib
 
     from unsloth_diffusion_norm import detect, patches
     from unsloth_diffusion_norm.activation import DIFFUSION_MODULES, TRAINER_MODULE
 
-    rows = readme_table("patches")
-    documented = {where: [(name, why) for w, name, why in rows if w in (where, "every one of the three")]
-                  for where in ("2026.10.4–.6", "2026.10.7+", "switched off")}
+    rows = docs_table("patches")
+    documented = {
+        where: [(name, why) for w, name, why in rows if w in (where, "every one of the three")]
+        for where in ("2026.10.4–.6", "2026.10.7+", "switched off")
+    }
     modules = [importlib.import_module(n) for n in (TRAINER_MODULE, *DIFFUSION_MODULES)]
     built = {
         "2026.10.4–.6": patches.patched_release(patches.Release("<shape>", *modules)),
@@ -285,19 +303,23 @@ def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin
 
 
 @native_only
-def test_the_readme_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release(plugin):
+def test_the_api_page_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release(plugin):
     from unsloth_diffusion_norm.verify import experiment, fixtures
 
     documented = {}
-    for flag, name, why in readme_table("trainer patches"):
+    for flag, name, why in docs_table("trainer patches"):
         documented.setdefault(flag, []).append((name, why))
     with unsloth_diffusion_norm.unpatched():  # applied afresh on the way out: the trainers get what apply() builds now
         pass
     for flag, rows in documented.items():
         field, value = flag.split("=")
-        trainer = experiment.build([fixtures.Example([10], [20, 21])], record=False, **{field: value.strip('"')}).trainer
+        trainer = experiment.build(
+            [fixtures.Example([10], [20, 21])], record=False, **{field: value.strip('"')}
+        ).trainer
         label = f"DiffusionTrainer at {id(trainer):#x}: "
-        own = [(name[len(label):], why) for name, why in unsloth_diffusion_norm.status().patches if name.startswith(label)]
+        own = [
+            (name[len(label) :], why) for name, why in unsloth_diffusion_norm.status().patches if name.startswith(label)
+        ]
         assert own == rows, flag
 
 
@@ -306,6 +328,7 @@ def test_without_unsloth_apply_says_how_to_install_it(monkeypatch):
 
     for name in [n for n in sys.modules if n == "unsloth" or n.startswith("unsloth.")]:
         monkeypatch.delitem(sys.modules, name)
+
     class NotInstalled:  # finds no module named unsloth, as when it is not installed
         def find_spec(self, name, path=None, target=None):
             if name == "unsloth":
@@ -318,7 +341,8 @@ def test_without_unsloth_apply_says_how_to_install_it(monkeypatch):
         with pytest.raises(RuntimeError) as refused:
             unsloth_diffusion_norm.apply()
         assert str(refused.value) == (
-            "unsloth_diffusion_norm: Unsloth is not installed; install it with: pip install 'unsloth>=2026.10.4'")
+            "unsloth_diffusion_norm: Unsloth is not installed; install it with: pip install 'unsloth>=2026.10.4'"
+        )
     finally:
         registry.STATE.mode, registry.STATE.reason, registry.STATE.patches = saved
 
@@ -327,7 +351,8 @@ def test_without_unsloth_apply_says_how_to_install_it(monkeypatch):
 def test_a_native_release_says_why_nothing_on_its_training_path_is_patched(plugin):
     unsloth_diffusion_norm.unpatch()  # (applied afresh: the reason is set by apply itself)
     assert unsloth_diffusion_norm.apply().reason == (
-        "this release normalizes by the window natively; its training path is left as it is")
+        "this release normalizes by the window natively; its training path is left as it is"
+    )
 
 
 @patched_only

@@ -1,7 +1,7 @@
 """Training the way users train: realistic DiffusionConfig settings and Trainer uses, each judged by the
 oracle window by window, each beside its per-micro-batch control.
 
-    python -m unsloth_diffusion_norm.verify.scenarios      # prints the table (the README's "In the field")
+    python -m unsloth_diffusion_norm.verify.scenarios      # prints the table (docs/in-the-field.md)
 
 Every scenario is the real DiffusionTrainer through Trainer.train(): gradient clipping, logging every few
 steps, epochs cut by max_steps, streaming data, bf16 autocast, LoRA with padded mixed-length batches,
@@ -15,8 +15,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from . import experiment, judging, oracle, tables
 from ..activation import unpatched
+from . import experiment, judging, oracle, tables
 from .fixtures import equal_answers, mixed_answers
 
 
@@ -39,9 +39,7 @@ class Scenario:
 
 SCENARIOS = {
     "gradient clipping (max_grad_norm=1.0)": Scenario(dict(examples=equal_answers(4), max_grad_norm=1.0)),
-    "logging_steps=3 (logged loss = mean of 3 windows)": Scenario(
-        dict(examples=equal_answers(12), logging_steps=3)
-    ),
+    "logging_steps=3 (logged loss = mean of 3 windows)": Scenario(dict(examples=equal_answers(12), logging_steps=3)),
     "3 epochs cut by max_steps=5": Scenario(dict(examples=equal_answers(4), num_train_epochs=3, max_steps=5)),
     "3 epochs cut by max_steps=5, per-sample noise": Scenario(
         dict(examples=equal_answers(4), num_train_epochs=3, max_steps=5, diffusion_noise="per_sample")
@@ -60,8 +58,13 @@ SCENARIOS = {
         dict(examples=mixed_answers(8), lora="frozen-head", batch_size=2, max_grad_norm=0.5)
     ),
     "eval_on_start (+ evaluation parity)": Scenario(
-        dict(examples=equal_answers(4), eval_examples=mixed_answers(2), eval_on_start=True, eval_strategy="steps",
-             eval_steps=1),
+        dict(
+            examples=equal_answers(4),
+            eval_examples=mixed_answers(2),
+            eval_on_start=True,
+            eval_strategy="steps",
+            eval_steps=1,
+        ),
         runs="evaluate",
     ),
     "a trainer with compute_loss_func": Scenario(dict(examples=equal_answers(4), compute_loss_func=_ignore)),
@@ -111,10 +114,13 @@ def drive(scenario, control=False):
     if scenario.runs == "resume-unpatched-checkpoint":
         workdir = tempfile.mkdtemp(prefix="udn-resume-")
         with unpatched():
-            experiment.train(examples, output_dir=os.path.join(workdir, "unpatched"), save_strategy="steps",
-                             save_steps=2, **settings)
-        settings.update(output_dir=os.path.join(workdir, "resumed"),
-                        resume_from_checkpoint=os.path.join(workdir, "unpatched", "checkpoint-2"))
+            experiment.train(
+                examples, output_dir=os.path.join(workdir, "unpatched"), save_strategy="steps", save_steps=2, **settings
+            )
+        settings.update(
+            output_dir=os.path.join(workdir, "resumed"),
+            resume_from_checkpoint=os.path.join(workdir, "unpatched", "checkpoint-2"),
+        )
     context, settings = experiment.per_micro_batch(settings) if control else (contextlib.nullcontext(), settings)
     with context:
         if scenario.runs == "train-twice":
@@ -133,7 +139,7 @@ def examine(name, scenario):
     outcome = Outcome(name, [v.counts for v in verdicts], max(v.worst for v in verdicts), 0.0, True)
     if logged:
         outcome.logged_mean_error = max(
-            abs(value - sum(v.reference_loss for v in verdicts[i - k + 1: i + 1]) / k)
+            abs(value - sum(v.reference_loss for v in verdicts[i - k + 1 : i + 1]) / k)
             / oracle.tolerance(value, scenario.precision)
             for i, (value, k) in logged.items()
         )
@@ -177,8 +183,12 @@ def examine_all(names=None):
 
 
 def render(outcomes):
-    header = ["configuration", "masked tokens per micro-batch, by window", "plugin: worst error / tolerance",
-              "per-micro-batch control: worst error / tolerance (windows with unequal counts)"]
+    header = [
+        "configuration",
+        "masked tokens per micro-batch, by window",
+        "plugin: worst error / tolerance",
+        "per-micro-batch control: worst error / tolerance (windows with unequal counts)",
+    ]
     rows = []
     for o in outcomes:
         extra = []
@@ -204,8 +214,10 @@ def main():
 
         outcomes = examine_all()
     status = unsloth_diffusion_norm.status()
-    print(f"Unsloth {status.unsloth_version} (mode {status.mode}); fp32 {oracle.describe_tolerance()}, "
-          f"bf16 {oracle.describe_tolerance('bf16')}\n")
+    print(
+        f"Unsloth {status.unsloth_version} (mode {status.mode}); fp32 {oracle.describe_tolerance()}, "
+        f"bf16 {oracle.describe_tolerance('bf16')}\n"
+    )
     print(render(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 

@@ -1,4 +1,4 @@
-"""Every markdown table the proof prints (README tables are pasted from these)."""
+"""Every markdown table the proof prints (the tables of README.md and docs/ are pasted from these)."""
 
 
 def markdown(header, rows):

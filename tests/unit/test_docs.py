@@ -1,0 +1,99 @@
+"""The README stays a three-minute read and the docs pages stay reachable: size, what the first screen
+holds, every relative link and anchor, no page or image left unlinked. Plain text only: no Unsloth, torch
+or transformers."""
+
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+IMAGES = sorted(p for p in DOCS.rglob("*") if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp"})
+
+FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
+
+
+def prose(text):
+    """The text with fenced code blocks and code spans taken out: links and headings live outside them."""
+    return FENCE.sub("", text)
+
+
+def links(path):
+    """Every markdown link target of a file, outside code."""
+    return LINK.findall(CODE_SPAN.sub("", prose(path.read_text(encoding="utf-8"))))
+
+
+def relative_links(path):
+    return [t for t in links(path) if not re.match(r"[a-z][a-z0-9+.-]*:", t, re.I)]  # http(s):, mailto:, ...
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lowercase, punctuation dropped (hyphens, spaces and letters kept,
+    backticks too are punctuation), each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path):
+    """The anchors GitHub gives a file's headings; a repeated slug gets -1, -2, ..."""
+    seen, out = {}, set()
+    for heading in HEADING.findall(prose(path.read_text(encoding="utf-8"))):
+        base = slug(heading)
+        out.add(base if base not in seen else f"{base}-{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return out
+
+
+def test_slug_follows_githubs_rule():
+    assert slug("Check your own model (doctor --model DIR)") == "check-your-own-model-doctor---model-dir"
+    assert slug("Reproduction: real output of `make reproduce`") == "reproduction-real-output-of-make-reproduce"
+    assert slug("What it fixes, and who needs it") == "what-it-fixes-and-who-needs-it"
+
+
+def test_readme_is_at_most_15000_characters():
+    size = len(README.read_text(encoding="utf-8"))
+    assert size <= 15_000, f"README.md is {size} characters; move detail to a page under docs/"
+
+
+def test_readme_first_60_lines_hold_the_usage_line_and_the_two_commands():
+    head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:60])
+    code = "\n".join(block for block in FENCE.findall(head))
+    assert re.search(r"^import unsloth_diffusion_norm\b", code, re.M), "the usage line, in a code block"
+    for command in ("make reproduce", "make test"):
+        assert re.search(rf"^{command}\b", code, re.M), f"{command!r}, in a code block"
+
+
+@pytest.mark.parametrize("path", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves(path):
+    broken = []
+    for target in relative_links(path):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading with that anchor in {dest.relative_to(ROOT).as_posix()}")
+    assert not broken, broken
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in relative_links(README) if t.partition("#")[0]}
+    assert PAGES, "docs/ has no pages"
+    orphans = [p.relative_to(ROOT).as_posix() for p in PAGES if p.resolve() not in linked]
+    assert not orphans, f"not linked from README.md: {orphans}"
+
+
+def test_every_image_under_docs_is_used():
+    used = {
+        (path.parent / t.partition("#")[0]).resolve()
+        for path in (README, *PAGES)
+        for t in relative_links(path)
+        if t.partition("#")[0]
+    }
+    unused = [p.relative_to(ROOT).as_posix() for p in IMAGES if p.resolve() not in used]
+    assert not unused, f"not referenced by README.md or any docs page: {unused}"
