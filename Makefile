@@ -4,38 +4,54 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# --compile-bytecode: pip compiles what it installs, uv does not by default; without it every fresh process
+# compiles transformers and Unsloth again wherever PYTHONDONTWRITEBYTECODE is set (seconds per process).
+UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast matrix mutation clean
+.PHONY: setup reproduce test test-fast lint matrix mutation clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements-dev.txt requirements-sharded.txt constraints.txt
+$(VENV)/.installed: pyproject.toml requirements-tools.txt requirements-dev.txt requirements-sharded.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -r requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-tools.txt
+	# torch through pip, which reads this machine's pip configuration (here: a local CPU wheel); uv does not.
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	# The rest through uv (minutes faster than pip); the pinned torch above satisfies every requirement on it.
+	$(UV) pip install -q -c constraints.txt -r requirements-dev.txt
 	# DeepSpeed (the `sharded` extra) builds against the torch just installed: no build isolation.
-	$(BIN)/pip install -q --no-build-isolation -c constraints.txt -r requirements-sharded.txt
+	$(UV) pip install -q --no-build-isolation -c constraints.txt -r requirements-sharded.txt
 	# unsloth pulls torchvision, which cannot load beside the CPU torch and breaks `import unsloth`.
-	$(BIN)/pip uninstall -q -y torchvision
-	$(BIN)/pip install -q --no-deps -e .
+	$(UV) pip uninstall -q torchvision
+	$(UV) pip install -q --no-deps -e .
 	touch $@
 
 reproduce: setup
 	$(RUN) $(BIN)/unsloth-diffusion-norm reproduce
 
+# Two workers, whole files each (module fixtures such as a launch of ranks run once): most of the suite's time
+# is single-threaded (process start-up, `import unsloth`), so the second core halves it.
+WORKERS ?= 2
+TEST := $(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile
+
 test: setup
-	$(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider
+	$(TEST)
+
+# ruff, configured in pyproject.toml: the lint rules, then the formatting (seconds).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The unit tier alone: no Unsloth imported, seconds.
 test-fast: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 # Every supported Unsloth release (and the oldest transformers / TRL that work), one environment per
-# leg under .matrix/, the whole suite in each; rewrites the README's compatibility table.
-matrix:
-	$(PYTHON) scripts/matrix.py --readme README.md $(MATRIX_FLAGS)
+# leg under .matrix/, the tiers that tell releases apart in each; rewrites docs/compatibility.md's table.
+matrix: setup
+	$(BIN)/python scripts/matrix.py --page docs/compatibility.md $(MATRIX_FLAGS)
 
 # Mutation testing of the core (about an hour and a half on 2 cores; not in CI): mutmut and the fresh-interpreter /
 # launched-rank pass here, then the dense and native legs for what no test reached here; writes

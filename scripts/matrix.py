@@ -1,12 +1,12 @@
 """The version matrix: one virtual environment per leg, the whole test suite in each, one table.
 
-    python3 scripts/matrix.py [--legs NAME ...] [--readme README.md] [--results matrix/results.json]
+    python3 scripts/matrix.py [--legs NAME ...] [--page docs/compatibility.md] [--results matrix/results.json]
 
 Each leg pins an Unsloth release with a transformers / TRL pair (the newest this project develops with,
 or the oldest that release still trains with). A leg's environment lives in .matrix/<leg>/ and is built
 once (torch pinned to the CPU wheel, torchvision removed, the plugin installed from this checkout). The
 tests themselves know which mode each release must get; each leg runs the tiers that tell releases apart
-(`Leg.select`, `Leg.paths`). Results go to a JSON file, and the README's compatibility table is written
+(`Leg.select`, `Leg.paths`). Results go to a JSON file, and the compatibility table (docs/compatibility.md) is written
 from it, never by hand.
 """
 
@@ -45,22 +45,49 @@ class Leg:
 
 LEGS = [
     Leg("2026.10.3", "5.17.0", "1.13.0", "before masked diffusion: unsupported, nothing patched"),
-    Leg("2026.10.4", "5.17.0", "1.15.0", "dense cross-entropy shape, with launched ranks",
-        select="not sharded and not once"),
+    Leg(
+        "2026.10.4",
+        "5.17.0",
+        "1.15.0",
+        "dense cross-entropy shape, with launched ranks",
+        select="not sharded and not once",
+    ),
     # The oldest transformers / TRL on the dense shape: what their Trainer and parsers change (the command
     # line and doctor on the old stack run on the chunked-shape leg below).
-    Leg("2026.10.4", "4.56.0", "0.18.2", "dense shape, oldest working transformers / TRL: training and parsing",
-        paths=("tests/unit", "tests/integration/test_release.py", "tests/integration/test_activation.py",
-               "tests/integration/test_field.py", "tests/integration/test_oracle_cases.py",
-               "tests/integration/test_noise.py")),
+    Leg(
+        "2026.10.4",
+        "4.56.0",
+        "0.18.2",
+        "dense shape, oldest working transformers / TRL: training and parsing",
+        paths=(
+            "tests/unit",
+            "tests/integration/test_release.py",
+            "tests/integration/test_activation.py",
+            "tests/integration/test_field.py",
+            "tests/integration/test_oracle_cases.py",
+            "tests/integration/test_noise.py",
+        ),
+    ),
     # The same diffusion files as 2026.10.4: recognition, patches and the release as a whole.
-    Leg("2026.10.5", "5.17.0", "1.15.0", "dense shape (files identical to 2026.10.4): recognition and patches",
-        paths=("tests/unit", "tests/integration/test_release.py", "tests/integration/test_activation.py")),
-    Leg("2026.10.6", "5.17.0", "1.15.0", "chunked cross-entropy shape (the README's `make test`: every tier)",
-        select=""),
+    Leg(
+        "2026.10.5",
+        "5.17.0",
+        "1.15.0",
+        "dense shape (files identical to 2026.10.4): recognition and patches",
+        paths=("tests/unit", "tests/integration/test_release.py", "tests/integration/test_activation.py"),
+    ),
+    Leg(
+        "2026.10.6", "5.17.0", "1.15.0", "chunked cross-entropy shape (the README's `make test`: every tier)", select=""
+    ),
     Leg("2026.10.6", "4.56.0", "0.18.2", "chunked shape, oldest working transformers / TRL"),
-    Leg("2026.10.9", "5.17.0", "1.15.0", "fixed upstream: native, training path untouched; launched and "
-        "sharded ranks", select="not once", sharded=True),
+    Leg(
+        "2026.10.9",
+        "5.17.0",
+        "1.15.0",
+        "fixed upstream: native, training path untouched; launched and sharded ranks",
+        select="not once",
+        sharded=True,
+    ),
 ]
 # `make test` is the 2026.10.6 / 5.17 / 1.15 leg's own run: CI skips that leg in the matrix (.ci/run --skip).
 
@@ -72,28 +99,85 @@ def run(command, log, **kwargs):
         return subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, **kwargs).returncode
 
 
+def pinned(*names):
+    """`name==version` for these packages, as requirements-dev.txt pins them (one place for the test tools)."""
+    lines = [line.split("#")[0].strip() for line in open(os.path.join(ROOT, "requirements-dev.txt"))]
+    found = {line.split("==")[0]: line for line in lines if "==" in line}
+    return [found[name] for name in names]
+
+
+def torch_wheel(log):
+    """The pinned torch as a wheel file, fetched once by pip: pip reads this machine's configuration (here a
+    local CPU wheel), uv does not. Every leg installs this file, so each gets the same torch."""
+    where = os.path.join(ROOT, ".matrix", "wheels")
+    found = [f for f in os.listdir(where) if f.startswith("torch-")] if os.path.isdir(where) else []
+    if not found:
+        if (
+            run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "-d",
+                    where,
+                    "-c",
+                    os.path.join(ROOT, "constraints.txt"),
+                    "torch==2.13.0",
+                ],
+                log,
+            )
+            != 0
+        ):
+            return None
+        found = [f for f in os.listdir(where) if f.startswith("torch-")]
+    return os.path.join(where, found[0])
+
+
 def build(leg, where, log):
-    """The leg's environment; reused when it was built before with the same pins."""
+    """The leg's environment, built with uv (next to this interpreter: `make matrix` runs from .venv); reused
+    when it was built before with the same pins."""
     stamp = os.path.join(where, "installed.json")
-    pins = [f"unsloth=={leg.unsloth}", f"unsloth_zoo=={leg.unsloth}", f"transformers=={leg.transformers}",
-            f"trl=={leg.trl}", "torch==2.13.0", "wrapt==2.5.2", "pytest==9.2.0"]
+    pins = [
+        f"unsloth=={leg.unsloth}",
+        f"unsloth_zoo=={leg.unsloth}",
+        f"transformers=={leg.transformers}",
+        f"trl=={leg.trl}",
+        "torch==2.13.0",
+        *pinned("wrapt", "pytest", "pytest-xdist"),
+    ]
     sharded = os.path.join(ROOT, "requirements-sharded.txt")
     stamped = pins + ([open(sharded).read()] if leg.sharded else [])
     if os.path.exists(stamp) and json.load(open(stamp)) == stamped:
         return True
     shutil.rmtree(where, ignore_errors=True)
     os.makedirs(where)
-    pip = [os.path.join(where, "bin", "python"), "-m", "pip", "-q"]
+    wheel = torch_wheel(log)
+    if wheel is None:
+        return False
+    # --compile-bytecode: as pip does; without it every fresh process compiles transformers and Unsloth again
+    # where PYTHONDONTWRITEBYTECODE is set.
+    uv = [
+        os.path.join(os.path.dirname(sys.executable), "uv"),
+        "pip",
+        "--quiet",
+        "--python",
+        os.path.join(where, "bin", "python"),
+    ]
+    constraints = ["-c", os.path.join(ROOT, "constraints.txt")]
     steps = [
-        [sys.executable, "-m", "venv", where],
-        pip + ["install", "-c", os.path.join(ROOT, "constraints.txt"), *pins],
+        [sys.executable, "-m", "venv", "--without-pip", where],
+        uv + ["install", "--compile-bytecode", wheel],
+        uv + ["install", "--compile-bytecode", *constraints, *pins],
         # unsloth pulls torchvision, which cannot load beside the CPU torch and breaks `import unsloth`.
-        pip + ["uninstall", "-y", "torchvision"],
+        uv + ["uninstall", "torchvision"],
         # --no-deps: the 2026.10.3 leg installs the plugin beside a release it does not support.
-        pip + ["install", "--no-deps", "-e", ROOT],
+        uv + ["install", "--no-deps", "-e", ROOT],
     ]
     if leg.sharded:  # DeepSpeed builds against the torch just installed: no build isolation
-        steps.append(pip + ["install", "--no-build-isolation", "-c", os.path.join(ROOT, "constraints.txt"), "-r", sharded])
+        steps.append(uv + ["install", "--compile-bytecode", "--no-build-isolation", *constraints, "-r", sharded])
     for step in steps:
         if run(step, log) != 0:
             return False
@@ -115,7 +199,7 @@ def mode(python, env):
         [python, "-m", "unsloth_diffusion_norm.verify.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
     )
     # Unsloth prints banners on import; the report line is ours.
-    line = next((l for l in out.stdout.splitlines() if l.startswith("unsloth_diffusion_norm: mode=")), "")
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("unsloth_diffusion_norm: mode=")), "")
     return line.split("mode=")[1].split(",")[0] if line else "?"
 
 
@@ -125,8 +209,13 @@ def test(leg, where, log):
     junit = os.path.join(where, "junit.xml")
     started = time.time()
     tier = ["-m", leg.select] if leg.select else []
-    code = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tier, f"--junitxml={junit}", *leg.paths],
-               log, env=env, cwd=ROOT)
+    workers = ["-n", os.environ.get("WORKERS", "2"), "--dist", "loadfile"]  # as `make test` runs the suite
+    code = run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *tier, f"--junitxml={junit}", *leg.paths],
+        log,
+        env=env,
+        cwd=ROOT,
+    )
     seconds = time.time() - started
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if os.path.exists(junit):
@@ -161,7 +250,7 @@ def table(results):
     return "\n".join(lines)
 
 
-def write_readme(path, results):
+def write_page(path, results):
     text = open(path).read()
     start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
     generated = f"\n<!-- written by scripts/matrix.py from {os.path.relpath(ARGS.results, ROOT)}; do not edit -->\n"
@@ -175,10 +264,11 @@ def main(argv=None):
     parser.add_argument("--skip", nargs="+", default=[], help="leg names not to run (their saved results stay)")
     parser.add_argument("--list", action="store_true", help="print the legs and exit")
     parser.add_argument("--results", default=os.path.join(ROOT, "matrix", "results.json"))
-    parser.add_argument("--readme", help="rewrite the compatibility table in this README from the results")
+    parser.add_argument("--page", help="rewrite the compatibility table in this markdown page from the results")
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from saved results, run nothing")
-    parser.add_argument("--remove-after", action="store_true", help="delete each leg's environment once tested "
-                        "(CI: ~3 GB a leg)")
+    parser.add_argument(
+        "--remove-after", action="store_true", help="delete each leg's environment once tested (CI: ~3 GB a leg)"
+    )
     ARGS = parser.parse_args(argv)
     if ARGS.list:
         print("\n".join(leg.name for leg in LEGS))
@@ -201,9 +291,12 @@ def main(argv=None):
                 result.update(exit="build failed")
             if ARGS.remove_after:
                 shutil.rmtree(where, ignore_errors=True)
-            print(f"{leg.name}: {result.get('mode')} exit={result['exit']} "
-                  f"{result.get('passed')} passed {result.get('skipped')} skipped {result.get('failed')} failed "
-                  f"({round(time.time() - t)} s; log {os.path.relpath(log, ROOT)})", flush=True)
+            print(
+                f"{leg.name}: {result.get('mode')} exit={result['exit']} "
+                f"{result.get('passed')} passed {result.get('skipped')} skipped {result.get('failed')} failed "
+                f"({round(time.time() - t)} s; log {os.path.relpath(log, ROOT)})",
+                flush=True,
+            )
             results.append(result)
         print(f"matrix: {len(results)} legs in {round(time.time() - started)} s")
         if (ARGS.legs or ARGS.skip) and os.path.exists(ARGS.results):  # a partial run updates its legs only
@@ -214,8 +307,8 @@ def main(argv=None):
         os.makedirs(os.path.dirname(ARGS.results), exist_ok=True)
         json.dump(results, open(ARGS.results, "w"), indent=1)
     print(table(results))
-    if ARGS.readme:
-        write_readme(ARGS.readme, results)
+    if ARGS.page:
+        write_page(ARGS.page, results)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
 
 

@@ -41,25 +41,40 @@ RESULTS = os.path.join(ROOT, "mutation")
 EQUIVALENT = os.path.join(RESULTS, "equivalent.txt")
 REPORT = os.path.join(RESULTS, "report.md")
 MUTMUT = "mutmut==3.8.1"
-KILLED = {1: "killed", 3: "killed", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
-          -11: "killed (crash)", -9: "killed (crash)"}
+KILLED = {
+    1: "killed",
+    3: "killed",
+    36: "timeout",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "killed (crash)",
+    -9: "killed (crash)",
+}
 
 # One thread per process: two workers fill two cores.
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-I = "tests/integration/"
-SWITCH = [I + "test_field.py::test_unknown_switch_values_warn_once_and_leave_patching_on",
-          I + "test_field.py::test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name",
-          I + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables"]
-HOOKS = [I + "test_release.py::test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches",
-         I + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables",
-         I + "test_field.py::test_unpatch_before_unsloth_is_remembered_until_apply",
-         I + "test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation"]
-DISABLED = [I + "test_field.py::test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name",
-            I + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables",
-            I + "test_doctor.py::test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why"]
-BROKEN = [I + "test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation"]
-RANKS = [I + "multiprocess/test_data_parallel.py"]
+TESTS = "tests/integration/"
+SWITCH = [
+    TESTS + "test_field.py::test_unknown_switch_values_warn_once_and_leave_patching_on",
+    TESTS + "test_field.py::test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name",
+    TESTS + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables",
+]
+HOOKS = [
+    TESTS + "test_release.py::test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches",
+    TESTS + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables",
+    TESTS + "test_field.py::test_unpatch_before_unsloth_is_remembered_until_apply",
+    TESTS + "test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation",
+]
+DISABLED = [
+    TESTS + "test_field.py::test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name",
+    TESTS + "test_release.py::test_import_after_unsloth_works_and_the_env_switch_disables",
+    TESTS + "test_doctor.py::test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why",
+]
+BROKEN = [TESTS + "test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation"]
+RANKS = [TESTS + "multiprocess/test_data_parallel.py"]
 # Functions that only fresh interpreters or launched ranks reach (wholly or in part) -> those tests.
 FRESH = {
     "unsloth_diffusion_norm.x__switch": SWITCH,
@@ -115,11 +130,22 @@ def fresh_tests(mutant):
 def run_fresh(python, mutant, tests):
     """Pass 2 for one mutant: pytest in a fresh interpreter in mutants/, the mutant switched on."""
     mutants = os.path.join(WORK, "mutants")
-    env = {**os.environ, **SINGLE_THREADED, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": mutants,
-           "UNSLOTH_ALLOW_CPU": "1"}
+    env = {
+        **os.environ,
+        **SINGLE_THREADED,
+        "MUTANT_UNDER_TEST": mutant,
+        "PYTHONPATH": mutants,
+        "UNSLOTH_ALLOW_CPU": "1",
+    }
     started = time.time()
-    done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=mutants,
-                          env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=mutants,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     return done.returncode, round(time.time() - started, 1)
 
 
@@ -142,17 +168,27 @@ def run(args):
         names = list(args.mutants)
         print(f"pass 1 on {args.label}: {' '.join(names)}", flush=True)
     elif args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
-        alive = {m: r["fate"] for m, r in before.items()} or {m: "alive" for m, c in mutmut_results().items()
-                                                              if c in (0, 33, None)}
-        names = sorted(m for m, fate in alive.items() if fate in ("survived", "no tests", "not run", "alive")
-                       and m not in said)
+        alive = {m: r["fate"] for m, r in before.items()} or {
+            m: "alive" for m, c in mutmut_results().items() if c in (0, 33, None)
+        }
+        names = sorted(
+            m for m, fate in alive.items() if fate in ("survived", "no tests", "not run", "alive") and m not in said
+        )
         print(f"pass 1 on {args.label}: the {len(names)} mutants the last run left alive", flush=True)
     elif args.alive_from:  # what another release's run left alive, less what is known to be equivalent
-        names = sorted(m for m, r in merged(args.alive_from).items() if not r["killed"] and m not in said
-                       and (r["fate"] in ("no tests", "not run") or function_of(m).split(".")[-1] in SHAPE_SPECIFIC))
+        names = sorted(
+            m
+            for m, r in merged(args.alive_from).items()
+            if not r["killed"]
+            and m not in said
+            and (r["fate"] in ("no tests", "not run") or function_of(m).split(".")[-1] in SHAPE_SPECIFIC)
+        )
         print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
-    code = subprocess.run([python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *names],
-                          cwd=WORK, env=env).returncode
+    code = subprocess.run(
+        [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *names],
+        cwd=WORK,
+        env=env,
+    ).returncode
     if code != 0:
         sys.exit(f"mutmut run failed (exit {code})")
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
@@ -170,8 +206,14 @@ def run(args):
     first = time.time() - started
 
     # Pass 2: first make sure the switch reaches fresh interpreters at all ("fail" fails every trampoline).
-    todo = {m: fresh_tests(m) for m, r in results.items() if r["fate"] in ("survived", "no tests")
-            and m not in said and fresh_tests(m) and (changed(m) or not args.mutants)}
+    todo = {
+        m: fresh_tests(m)
+        for m, r in results.items()
+        if r["fate"] in ("survived", "no tests")
+        and m not in said
+        and fresh_tests(m)
+        and (changed(m) or not args.mutants)
+    }
     groups = sorted({tuple(t) for t in todo.values()})
     for tests in groups:
         if tests != tuple(RANKS) and run_fresh(python, "fail", list(tests))[0] == 0:
@@ -183,8 +225,17 @@ def run(args):
             results[mutant] = {"pass": 2, "code": code, "fate": fate, "seconds": seconds}
             print(f"  {fate:8} {mutant} ({seconds} s)", flush=True)
     os.makedirs(RESULTS, exist_ok=True)
-    json.dump({"label": args.label, "pass1_seconds": round(first), "seconds": round(time.time() - started),
-               "mutants": results}, open(out, "w"), indent=1, sort_keys=True)
+    json.dump(
+        {
+            "label": args.label,
+            "pass1_seconds": round(first),
+            "seconds": round(time.time() - started),
+            "mutants": results,
+        },
+        open(out, "w"),
+        indent=1,
+        sort_keys=True,
+    )
     print(f"wrote {os.path.relpath(out, ROOT)} ({round(time.time() - started)} s)")
 
 
@@ -194,8 +245,16 @@ LEGS = ["unsloth-2026.10.4-transformers-5.17.0-trl-1.15.0", "unsloth-2026.10.9-t
 FIRST = "unsloth-2026.10.6"  # `make mutation`'s run in .venv
 # Functions whose code runs only on another shape: a survivor of the first run may die there. (Any other
 # survivor would survive a leg too: the same code under the same tests.)
-SHAPE_SPECIFIC = {"x_apply", "x_native_release", "x__native_trainer_init", "x_trainer_patches", "x__per_sample_noise",
-                  "x__draw_at_first_step", "x_dense_cross_entropy", "x_native_normalization"}
+SHAPE_SPECIFIC = {
+    "x_apply",
+    "x_native_release",
+    "x__native_trainer_init",
+    "x_trainer_patches",
+    "x__per_sample_noise",
+    "x__draw_at_first_step",
+    "x_dense_cross_entropy",
+    "x_native_normalization",
+}
 
 
 def legs(args):
@@ -204,26 +263,44 @@ def legs(args):
 
     for name in args.only or LEGS:
         # DeepSpeed is not needed here (the launched-rank tiers are not part of a leg's mutation run).
-        leg = dataclasses.replace(next(l for l in matrix.LEGS if l.name == name), sharded=False)
+        leg = dataclasses.replace(next(leg for leg in matrix.LEGS if leg.name == name), sharded=False)
         where, log = os.path.join(ROOT, ".matrix", name), os.path.join(ROOT, ".matrix", name + ".mutation.log")
         if not matrix.build(leg, where, log):
             sys.exit(f"could not build {name}: see {log}")
         python = os.path.join(where, "bin", "python")
-        subprocess.run([python, "-m", "pip", "install", "-q", "-c", os.path.join(ROOT, "constraints.txt"), MUTMUT],
-                       check=True)
+        uv = os.path.join(os.path.dirname(sys.executable), "uv")  # the legs have no pip (scripts/matrix.py)
+        subprocess.run(
+            [uv, "pip", "install", "-q", "--python", python, "-c", os.path.join(ROOT, "constraints.txt"), MUTMUT],
+            check=True,
+        )
         # A copy of the tracked tree: mutmut keeps mutants/ and its test map in the directory it runs in.
         work = os.path.join(ROOT, ".matrix", name + ".mutation")
         subprocess.run(["rm", "-rf", work], check=True)
         os.makedirs(work)
-        tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                                 text=True, check=True).stdout.split()
+        tracked = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
         subprocess.run(["tar", "-cf", "-", *tracked], cwd=ROOT, stdout=open(work + ".tar", "wb"), check=True)
         subprocess.run(["tar", "-xf", work + ".tar", "-C", work], check=True)
         os.remove(work + ".tar")
         label = "unsloth-" + leg.unsloth
-        code = subprocess.run([python, os.path.join(ROOT, "scripts", "mutation.py"), "run", "--python", python,
-                               "--label", label, "--workdir", work, "--jobs", str(args.jobs),
-                               "--alive-from", FIRST]).returncode
+        code = subprocess.run(
+            [
+                python,
+                os.path.join(ROOT, "scripts", "mutation.py"),
+                "run",
+                "--python",
+                python,
+                "--label",
+                label,
+                "--workdir",
+                work,
+                "--jobs",
+                str(args.jobs),
+                "--alive-from",
+                FIRST,
+            ]
+        ).returncode
         if code != 0:
             sys.exit(f"the mutation run on {name} failed (exit {code})")
 
@@ -240,7 +317,11 @@ def merged(labels=None):
         for mutant, r in result["mutants"].items():
             killed = r["fate"] not in ("survived", "no tests", "not run")
             old = found.get(mutant)
-            if old is None or (killed and not old["killed"]) or (not old["killed"] and old["fate"] in ("no tests", "not run")):
+            if (
+                old is None
+                or (killed and not old["killed"])
+                or (not old["killed"] and old["fate"] in ("no tests", "not run"))
+            ):
                 found[mutant] = {"killed": killed, "fate": r["fate"], "by": f"{result['label']} pass {r['pass']}"}
     return found
 
@@ -263,7 +344,7 @@ def diff_of(mutant):
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 
     diff = get_diff_for_mutant(mutant, path=find_mutant(mutant).path)
-    return [l for l in diff.splitlines() if re.match(r"^[+-](?![+-])", l)]
+    return [line for line in diff.splitlines() if re.match(r"^[+-](?![+-])", line)]
 
 
 def report(args):
@@ -293,8 +374,9 @@ def report(args):
         f"**Score: {killed} killed / {len(results) - len(equivalent)} non-equivalent = {100 * score:.1f} %** "
         f"({len(results)} mutants, {len(equivalent)} equivalent, {len(open_)} surviving).",
         "",
-        "Results: " + "; ".join(f"{r['label']} ({len(r['mutants'])} mutants; its last run {r['seconds']} s)"
-                                for r in legs) + ".",
+        "Results: "
+        + "; ".join(f"{r['label']} ({len(r['mutants'])} mutants; its last run {r['seconds']} s)" for r in legs)
+        + ".",
         "",
         "| module | mutants | killed | equivalent | surviving |",
         "|---|---|---|---|---|",
@@ -314,13 +396,17 @@ def report(args):
         "",
         "| mutant | fate | by |",
         "|---|---|---|",
-        *(f"| `{m}` | {'equivalent' if m in said and not r['killed'] else r['fate']} | {r['by']} |"
-          for m, r in sorted(results.items())),
+        *(
+            f"| `{m}` | {'equivalent' if m in said and not r['killed'] else r['fate']} | {r['by']} |"
+            for m, r in sorted(results.items())
+        ),
         "",
     ]
     open(REPORT, "w").write("\n".join(lines))
-    print(f"score {100 * score:.1f} %: {killed} killed, {len(equivalent)} equivalent, {len(open_)} surviving "
-          f"of {len(results)}; wrote {os.path.relpath(REPORT, ROOT)}")
+    print(
+        f"score {100 * score:.1f} %: {killed} killed, {len(equivalent)} equivalent, {len(open_)} surviving "
+        f"of {len(results)}; wrote {os.path.relpath(REPORT, ROOT)}"
+    )
     return 0 if score >= args.min_score else 1
 
 
@@ -352,11 +438,18 @@ def main(argv=None):
     r.add_argument("--label", required=True, help="names the result file, e.g. unsloth-2026.10.6")
     r.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     r.add_argument("--alive-from", nargs="+", help="only the mutants these runs left alive (labels)")
-    r.add_argument("--again", action="store_true", help="rerun only what this label's last run (or mutmut's own "
-                   "results, before a first report) left alive")
+    r.add_argument(
+        "--again",
+        action="store_true",
+        help="rerun only what this label's last run (or mutmut's own results, before a first report) left alive",
+    )
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")
-    r.add_argument("--mutants", nargs="+", help="only these mutants (fnmatch patterns, e.g. all of a function "
-                   "that changed: its mutants are renumbered); the rest keep this label's last verdicts")
+    r.add_argument(
+        "--mutants",
+        nargs="+",
+        help="only these mutants (fnmatch patterns, e.g. all of a function "
+        "that changed: its mutants are renumbered); the rest keep this label's last verdicts",
+    )
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     g.add_argument("--only", nargs="+", choices=LEGS, help="these legs only")

@@ -7,6 +7,12 @@ from unsloth_diffusion_norm.verify import fixtures
 
 for name, value in fixtures.CPU_ENVIRONMENT.items():
     os.environ.setdefault(name, value)
+# Under pytest-xdist the workers share the cores: torch's threads per worker (set before torch is imported),
+# so that they do not oversubscribe them.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault(
+        "OMP_NUM_THREADS", str(max(1, os.cpu_count() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    )
 
 import pytest  # noqa: E402
 import unsloth  # noqa: E402,F401
@@ -56,8 +62,11 @@ def drifted():
     from unsloth.models.diffusion_trainer import DiffusionTrainer
 
     mode = unsloth_diffusion_norm.apply().mode
-    owner, piece = (DiffusionTrainer, "_uses_global_masked_tokens") if mode == registry.NATIVE else (
-        MaskedDiffusionProfile, "_token_ids")
+    owner, piece = (
+        (DiffusionTrainer, "_uses_global_masked_tokens")
+        if mode == registry.NATIVE
+        else (MaskedDiffusionProfile, "_token_ids")
+    )
     unsloth_diffusion_norm.unpatch()
     saved = vars(owner)[piece]
     delattr(owner, piece)

@@ -14,6 +14,10 @@ CPU_ENVIRONMENT = {
     "UNSLOTH_ALLOW_CPU": "1",  # `import unsloth` refuses a host without an accelerator otherwise
     "TRANSFORMERS_VERBOSITY": "error",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    # Nothing of ours downloads. Without it, a fresh process that loads a checkpoint by a relative path asks
+    # the Hub for an adapter config (Unsloth's loader, through peft) and, on a host without network, waits
+    # out ~45 s of retries before it goes on.
+    "HF_HUB_OFFLINE": "1",
 }
 
 
