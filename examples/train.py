@@ -12,10 +12,14 @@ as a stream (then give --max_steps). Everything else is TRL's ScriptArguments, U
 (TRL's SFTConfig plus the diffusion knobs and this plugin's two flags) and TRL's ModelConfig.
 """
 
+# The order of these imports is the point (isort: split keeps the linter from sorting it away).
 import unsloth_diffusion_norm  # before Unsloth: the one line the plugin asks for
+
+# isort: split
 from unsloth import FastModel  # before TRL and transformers, as Unsloth asks
 from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
+# isort: split
 import os
 
 import torch
@@ -59,9 +63,11 @@ def main(script_args, training_args, model_args):
         train_dataset=load_data(script_args),
         processing_class=tokenizer,
     )
-    print(f"diffusion_loss_normalization={training_args.diffusion_loss_normalization!r}, "
-          f"diffusion_noise={training_args.diffusion_noise!r}, profile {trainer.diffusion_profile.name} "
-          f"({trainer.diffusion_profile.loss_normalization})")
+    print(
+        f"diffusion_loss_normalization={training_args.diffusion_loss_normalization!r}, "
+        f"diffusion_noise={training_args.diffusion_noise!r}, profile {trainer.diffusion_profile.name} "
+        f"({trainer.diffusion_profile.loss_normalization})"
+    )
     trainer.train()
     trainer.save_model(training_args.output_dir)
     trainer.save_state()

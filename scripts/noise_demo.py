@@ -30,8 +30,11 @@ def main():
     print(f"Unsloth {status.unsloth_version}, plugin mode {status.mode}\n")
     print("| noise | max abs parameter difference, resumed at step 2 vs uninterrupted, after step 4 |")
     print("|---|---|")
-    for label, flag in (("release default", {}), ('"global"', {"diffusion_noise": "global"}),
-                        ('"per_sample"', {"diffusion_noise": "per_sample"})):
+    for label, flag in (
+        ("release default", {}),
+        ('"global"', {"diffusion_noise": "global"}),
+        ('"per_sample"', {"diffusion_noise": "per_sample"}),
+    ):
         with contextlib.redirect_stdout(io.StringIO()):
             runs = experiment.train_and_resume(EXAMPLES, at=2, seed=0, **flag)
         print(f"| {label} | {runs.difference:.3g} |")

@@ -116,11 +116,15 @@ def _broken(shape, error):
     STATE.mode, STATE.shape = registry.BROKEN, shape
     STATE.reason = f"broken installation: the module {missing!r} is missing ({_install_hint(missing)})"
     if shape == NATIVE:
-        effect = (f"Unsloth {STATE.unsloth_version} normalizes by the window natively, so the loss is right, "
-                  "but the plugin's DiffusionConfig flags are unavailable")
+        effect = (
+            f"Unsloth {STATE.unsloth_version} normalizes by the window natively, so the loss is right, "
+            "but the plugin's DiffusionConfig flags are unavailable"
+        )
     else:
-        effect = (f"Nothing was patched: Unsloth {STATE.unsloth_version} will train with its per-micro-batch "
-                  "loss normalization (the bug this plugin fixes)")
+        effect = (
+            f"Nothing was patched: Unsloth {STATE.unsloth_version} will train with its per-micro-batch "
+            "loss normalization (the bug this plugin fixes)"
+        )
     _log_once(30, f"unsloth_diffusion_norm: {STATE.reason}. {effect}.")
     return f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {STATE.reason}"
 
@@ -292,8 +296,10 @@ class Status:
         if self.defaults:
             lines.append(f"  defaults: {self.defaults}")
         lines += [f"  patched {name}: {why}" for name, why in self.patches]
-        lines += [f"  DISPLACED {name}: something replaced this patch after it was applied; the fix is not "
-                  f"in force there" for name in self.displaced]
+        lines += [
+            f"  DISPLACED {name}: something replaced this patch after it was applied; the fix is not in force there"
+            for name in self.displaced
+        ]
         return "\n".join(lines)
 
 

@@ -54,8 +54,10 @@ def recognise(trainer_module, masked_module, profiles_module):
         # What the flag needs there: upstream's switch and the trainer's reading of it.
         checks = [
             ("DiffusionTrainer._uses_global_masked_tokens", hasattr(trainer, "_uses_global_masked_tokens")),
-            ("MaskedDiffusionProfile.loss_normalization",
-             "loss_normalization" in getattr(profile_class, "__dataclass_fields__", {})),
+            (
+                "MaskedDiffusionProfile.loss_normalization",
+                "loss_normalization" in getattr(profile_class, "__dataclass_fields__", {}),
+            ),
             ("DiffusionConfig as a dataclass", hasattr(config, "__dataclass_fields__")),
         ]
         missing = [name for name, ok in checks if not ok]

@@ -14,7 +14,6 @@ trl.SFTTrainer: Unsloth re-creates those methods from source text and would drop
 
 import dataclasses
 import functools
-from typing import Optional
 
 import wrapt
 
@@ -47,10 +46,8 @@ def wrap(function, release):
 
 @dataclasses.dataclass
 class _ConfigFields:
-    diffusion_loss_normalization: Optional[str] = dataclasses.field(
-        default=None, metadata={"help": config.HELP}
-    )
-    diffusion_noise: Optional[str] = dataclasses.field(default=None, metadata={"help": config.NOISE_HELP})
+    diffusion_loss_normalization: str | None = dataclasses.field(default=None, metadata={"help": config.HELP})
+    diffusion_noise: str | None = dataclasses.field(default=None, metadata={"help": config.NOISE_HELP})
 
 
 def uses_window(trainer):
@@ -60,6 +57,7 @@ def uses_window(trainer):
 
 
 # --- Unsloth 2026.10.4-.6 ------------------------------------------------------------------------------
+
 
 def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
     def bind(model, inputs, args, num_items_in_batch=None):
@@ -127,7 +125,8 @@ def _patched_trainer_init(release, wrapped, trainer, pos, kwargs):
     if getattr(trainer.args, config.NOISE_FIELD, None) == config.PER_SAMPLE:
         profile = trainer.diffusion_profile
         if config.effective(profile, trainer.args) == config.MICROBATCH and profile.loss_normalization not in (
-            config.MASKED_TOKENS, config.GLOBAL_MASKED_TOKENS
+            config.MASKED_TOKENS,
+            config.GLOBAL_MASKED_TOKENS,
         ):
             raise ValueError(
                 f"unsloth_diffusion_norm: {config.NOISE_FIELD}='per_sample' with {profile.name!r}'s own "
@@ -183,6 +182,7 @@ def patched_release(release):
 
 # --- every release: the per-run flags on DiffusionConfig -----------------------------------------------
 
+
 @wrapt.decorator
 def _config_init(wrapped, instance, pos, kwargs):
     values = {field: config.validate(kwargs.pop(field, None), field) for field in config.FIELDS}
@@ -215,8 +215,13 @@ def config_patches(release):
                 "argument parsers (HfArgumentParser, TrlParser: command line, dict, YAML) see the flag",
                 item=True,
             ),
-            Patch(f"DiffusionConfig.{field} (default)", DiffusionConfig, field, lambda current: None,
-                  "None = the release's / profile's default"),
+            Patch(
+                f"DiffusionConfig.{field} (default)",
+                DiffusionConfig,
+                field,
+                lambda current: None,
+                "None = the release's / profile's default",
+            ),
         ]
     patches.append(
         Patch(
@@ -252,6 +257,7 @@ def _check_flags(trainer, MaskedDiffusionProfile):
 
 # --- a disabled plugin ---------------------------------------------------------------------------------
 
+
 def _refuse_flags(release, wrapped, trainer, pos, kwargs):
     wrapped(*pos, **kwargs)
     asked = {field: getattr(trainer.args, field, None) for field in config.FIELDS}
@@ -267,14 +273,19 @@ def flags_only(release):
     """UNSLOTH_DIFFUSION_NORM=0: the flags stay accepted on DiffusionConfig (scripts keep parsing), and a
     trainer whose flag asks for something is refused - the run must not silently train other than asked."""
     return [
-        Patch("DiffusionTrainer.__init__", release.trainer_module.DiffusionTrainer, "__init__",
-              wrap(_refuse_flags, release), "refuses a run whose DiffusionConfig flag the disabled plugin "
-              "cannot honour"),
+        Patch(
+            "DiffusionTrainer.__init__",
+            release.trainer_module.DiffusionTrainer,
+            "__init__",
+            wrap(_refuse_flags, release),
+            "refuses a run whose DiffusionConfig flag the disabled plugin cannot honour",
+        ),
         *config_patches(release),
     ]
 
 
 # --- Unsloth 2026.10.7+ (fixed upstream) ---------------------------------------------------------------
+
 
 def _native_trainer_init(release, wrapped, trainer, pos, kwargs):
     wrapped(*pos, **kwargs)
@@ -310,11 +321,21 @@ def trainer_patches(release, trainer):
     wanted = config.native_normalization(trainer.diffusion_profile, args)
     profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=wanted)
     patches = [
-        Patch("diffusion_profile", trainer, "diffusion_profile", lambda current: profile,
-              f"this trainer's own copy of the profile, loss_normalization={wanted!r}"),
+        Patch(
+            "diffusion_profile",
+            trainer,
+            "diffusion_profile",
+            lambda current: profile,
+            f"this trainer's own copy of the profile, loss_normalization={wanted!r}",
+        ),
         # Upstream derives this from the profile in __init__; derive it again for the copy.
-        Patch("model_accepts_loss_kwargs", trainer, "model_accepts_loss_kwargs",
-              lambda current: trainer._uses_global_masked_tokens(), "upstream's own rule, for the profile copy"),
+        Patch(
+            "model_accepts_loss_kwargs",
+            trainer,
+            "model_accepts_loss_kwargs",
+            lambda current: trainer._uses_global_masked_tokens(),
+            "upstream's own rule, for the profile copy",
+        ),
     ]
     noise_mode = getattr(args, config.NOISE_FIELD, None)
     if noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS:
@@ -345,10 +366,20 @@ def _per_sample_noise(release, trainer, profile):
         return tagged
 
     return [
-        Patch("diffusion_profile.prepare_batch", profile, "prepare_batch", prepare_batch,
-              "per-sample noise: each row's draws from its own keyed generator"),
-        Patch("get_batch_samples", trainer, "get_batch_samples", get_batch_samples,
-              "attaches each row's generator seed (seed, epoch, global position)"),
+        Patch(
+            "diffusion_profile.prepare_batch",
+            profile,
+            "prepare_batch",
+            prepare_batch,
+            "per-sample noise: each row's draws from its own keyed generator",
+        ),
+        Patch(
+            "get_batch_samples",
+            trainer,
+            "get_batch_samples",
+            get_batch_samples,
+            "attaches each row's generator seed (seed, epoch, global position)",
+        ),
     ]
 
 
@@ -371,19 +402,27 @@ def _draw_at_first_step(trainer, profile):
             if not isinstance(num_items_in_batch, Window):
                 return current(model, inputs, args, num_items_in_batch=num_items_in_batch)
             window = num_items_in_batch
-            drawn = window.noise(
-                inputs[SLOT], lambda batch: noise.Noise(*profile.prepare_batch(model, batch, args))
-            )
+            drawn = window.noise(inputs[SLOT], lambda batch: noise.Noise(*profile.prepare_batch(model, batch, args)))
             prepared = {**inputs, "_diffusion_masked_batch": drawn.prepared()}
             return current(model, prepared, args, num_items_in_batch=window.count)
 
         return at_first_step
 
     return [
-        Patch("diffusion_profile.compute_loss", profile, "compute_loss", compute_loss,
-              "draws the window's noise at its first training step (resume-exact), upstream's loss"),
-        Patch("get_batch_samples", trainer, "get_batch_samples", get_batch_samples,
-              "fetches the window without drawing; one count collective when it is drawn"),
+        Patch(
+            "diffusion_profile.compute_loss",
+            profile,
+            "compute_loss",
+            compute_loss,
+            "draws the window's noise at its first training step (resume-exact), upstream's loss",
+        ),
+        Patch(
+            "get_batch_samples",
+            trainer,
+            "get_batch_samples",
+            get_batch_samples,
+            "fetches the window without drawing; one count collective when it is drawn",
+        ),
     ]
 
 

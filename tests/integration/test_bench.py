@@ -8,8 +8,9 @@ from unsloth_diffusion_norm.verify import bench
 
 @pytest.mark.once  # our own tooling, the same on every release
 def test_bench_reports_every_figure(plugin, tmp_path):
-    found = bench.run(blocks=1, steps=1, models=("tiny",), plot=str(tmp_path / "bench.png"), ddp=False,
-                      log=lambda line: None)
+    found = bench.run(
+        blocks=1, steps=1, models=("tiny",), plot=str(tmp_path / "bench.png"), ddp=False, log=lambda line: None
+    )
     variants = [label for label, _, _ in bench.variants(found["mode"])]
     assert [(r["ga"], r["variant"]) for r in found["rows"]] == [
         (ga, v) for ga in bench.GRADIENT_ACCUMULATION for v in variants
@@ -24,12 +25,30 @@ def test_bench_reports_every_figure(plugin, tmp_path):
 
 def test_a_ratio_within_the_spread_between_blocks_is_called_noise():
     def row(variant, ratio, spread):
-        return dict(model="tiny", ga=1, variant=variant, step_ms=20 * ratio, ratio=ratio, spread=spread,
-                    peak_mib=600.0, above_mib=0.1, samples=6)
+        return dict(
+            model="tiny",
+            ga=1,
+            variant=variant,
+            step_ms=20 * ratio,
+            ratio=ratio,
+            spread=spread,
+            peak_mib=600.0,
+            above_mib=0.1,
+            samples=6,
+        )
 
-    found = dict(mode="patched", unsloth="x", quick=False, blocks=3, steps=2, import_ms=9.0, import_torch=False,
-                 import_unsloth=False, collectives_per_step=None,
-                 rows=[row("unpatched", 1.0, 0.02), row("plugin", 1.05, 0.08), row("per-sample", 1.30, 0.05)])
+    found = dict(
+        mode="patched",
+        unsloth="x",
+        quick=False,
+        blocks=3,
+        steps=2,
+        import_ms=9.0,
+        import_torch=False,
+        import_unsloth=False,
+        collectives_per_step=None,
+        rows=[row("unpatched", 1.0, 0.02), row("plugin", 1.05, 0.08), row("per-sample", 1.30, 0.05)],
+    )
     note = bench.noise_note(found)
     # plugin: 5 % from 1 within blocks 8 % apart; per-sample: 30 % from 1 stands out of 5 %
     assert note.startswith("note: in 1 of 2 rows") and "tiny GA 1 plugin 1.050 (blocks 8% apart)" in note

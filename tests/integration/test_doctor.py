@@ -32,9 +32,13 @@ def test_fixed_stack_passes_its_self_check(plugin, capsys):
 @pytest.mark.fresh_interpreter
 def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
     env = {**os.environ, **fixtures.CPU_ENVIRONMENT, "UNSLOTH_DIFFUSION_NORM": "0"}
-    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor", "--json"],
-                          capture_output=True, text=True, env=env)
-    report = json.loads(done.stdout[done.stdout.index("{"):])
+    done = subprocess.run(
+        [sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    report = json.loads(done.stdout[done.stdout.index("{") :])
     assert report["mode"] == registry.DISABLED and done.returncode == report["exit"]
     if MODE == registry.NATIVE:  # Unsloth itself is right there
         assert done.returncode == 0 and report["self_check"]["passed"]

@@ -10,15 +10,16 @@ import textwrap
 import pytest
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm.verify.fixtures import expected_mode
 from unsloth_diffusion_norm import config, registry
 from unsloth_diffusion_norm.verify import fixtures, oracle, scenarios
+from unsloth_diffusion_norm.verify.fixtures import expected_mode
 
 MODE = unsloth_diffusion_norm.apply().mode
 EXPECTED_MODE = expected_mode()
 
 
 # --- the flags through the parsers users configure runs with -----------------------------------------
+
 
 def parsers():
     from transformers import HfArgumentParser
@@ -33,8 +34,15 @@ CPU = ["--bf16", "False", "--use_cpu", "True"]
 
 def test_flags_parse_from_the_command_line(plugin, tmp_path):
     hf, trl = parsers()
-    argv = ["--output_dir", str(tmp_path), "--diffusion_loss_normalization", "window",
-            "--diffusion_noise", "per_sample", *CPU]
+    argv = [
+        "--output_dir",
+        str(tmp_path),
+        "--diffusion_loss_normalization",
+        "window",
+        "--diffusion_noise",
+        "per_sample",
+        *CPU,
+    ]
     (args,) = hf.parse_args_into_dataclasses(argv)
     assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
     _, args, _ = trl.parse_args_and_config(["--dataset_name", "local", *argv])
@@ -46,21 +54,31 @@ def test_flags_parse_from_the_command_line(plugin, tmp_path):
 
 def test_flags_parse_from_a_dict_and_round_trip(plugin, tmp_path):
     hf, _ = parsers()
-    (args,) = hf.parse_dict({"output_dir": str(tmp_path), "diffusion_loss_normalization": "microbatch",
-                             "diffusion_noise": "global", "bf16": False, "use_cpu": True})
+    (args,) = hf.parse_dict(
+        {
+            "output_dir": str(tmp_path),
+            "diffusion_loss_normalization": "microbatch",
+            "diffusion_noise": "global",
+            "bf16": False,
+            "use_cpu": True,
+        }
+    )
     saved = args.to_dict()
     assert (saved[config.FIELD], saved[config.NOISE_FIELD]) == ("microbatch", "global")
     assert json.loads(args.to_json_string())[config.FIELD] == "microbatch"
-    (again,) = hf.parse_dict({k: v for k, v in saved.items() if k in (config.FIELD, config.NOISE_FIELD,
-                                                                        "output_dir", "bf16", "use_cpu")})
+    (again,) = hf.parse_dict(
+        {k: v for k, v in saved.items() if k in (config.FIELD, config.NOISE_FIELD, "output_dir", "bf16", "use_cpu")}
+    )
     assert (again.diffusion_loss_normalization, again.diffusion_noise) == ("microbatch", "global")
 
 
 def test_flags_parse_from_a_trl_yaml_config(plugin, tmp_path):
     _, trl = parsers()
     path = tmp_path / "config.yaml"
-    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\ndiffusion_loss_normalization: window\n"
-                    "diffusion_noise: per_sample\nbf16: false\nuse_cpu: true\n")
+    path.write_text(
+        f"dataset_name: local\noutput_dir: {tmp_path}\ndiffusion_loss_normalization: window\n"
+        "diffusion_noise: per_sample\nbf16: false\nuse_cpu: true\n"
+    )
     _, args, _ = trl.parse_args_and_config(["--config", str(path)])
     assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
 
@@ -79,6 +97,7 @@ def test_a_bad_value_gets_the_same_clear_error_from_every_parser(plugin, tmp_pat
 
 
 # --- realistic configurations, judged by the oracle beside their per-micro-batch control ---------------
+
 
 @pytest.fixture(scope="module")
 def outcomes():
@@ -109,8 +128,10 @@ def test_scenarios_exercise_what_they_name(outcomes):
     assert outcomes["logging_steps=3 (logged loss = mean of 3 windows)"].logged_mean_error is not None
     assert outcomes["eval_on_start (+ evaluation parity)"].eval_error is not None
     # Per-sample noise on streaming data keys each example by its position, as on map-style data.
-    assert (outcomes["streaming, per-sample noise"].counts
-            == outcomes["3 epochs cut by max_steps=5, per-sample noise"].counts[:3])
+    assert (
+        outcomes["streaming, per-sample noise"].counts
+        == outcomes["3 epochs cut by max_steps=5, per-sample noise"].counts[:3]
+    )
 
 
 def test_bf16_tolerance_is_justified_by_the_ga1_floor(outcomes):
@@ -123,12 +144,14 @@ def test_bf16_tolerance_is_justified_by_the_ga1_floor(outcomes):
 
 # --- the off switch, a broken installation, unpatch() before Unsloth: fresh processes ------------------
 
+
 def _python(code, cwd, **env):
     """Run `code` in a fresh interpreter (in `cwd`: Unsloth writes its compile cache there); its last
     stdout line is JSON."""
     environment = {**os.environ, **fixtures.CPU_ENVIRONMENT, **env}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=environment, cwd=cwd)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=environment, cwd=cwd
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
@@ -136,8 +159,11 @@ def _python(code, cwd, **env):
 @pytest.mark.fresh_interpreter
 def test_unknown_switch_values_warn_once_and_leave_patching_on(tmp_path):
     for value in ("disabled", "2", "n"):
-        found, stderr = _python("import json, unsloth_diffusion_norm as u; print(json.dumps(u.status().mode))",
-                                tmp_path, UNSLOTH_DIFFUSION_NORM=value)
+        found, stderr = _python(
+            "import json, unsloth_diffusion_norm as u; print(json.dumps(u.status().mode))",
+            tmp_path,
+            UNSLOTH_DIFFUSION_NORM=value,
+        )
         assert found == registry.PENDING
         warnings = [line for line in stderr.splitlines() if "UNSLOTH_DIFFUSION_NORM" in line]
         assert len(warnings) == 1 and f"{value!r} is not understood" in warnings[0]
@@ -243,8 +269,22 @@ def test_unpatched_context_manager_restores_what_was_there(plugin):
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "train.py")
-TWO_STEPS = ["--max_steps", "2", "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "1",
-             "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true"]
+TWO_STEPS = [
+    "--max_steps",
+    "2",
+    "--gradient_accumulation_steps",
+    "2",
+    "--per_device_train_batch_size",
+    "1",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+    "--use_cpu",
+    "true",
+]
 
 
 @pytest.fixture(scope="module")
@@ -261,9 +301,22 @@ def workdir(tmp_path_factory):
 
 def _example(workdir, output, *argv):
     done = subprocess.run(
-        [sys.executable, EXAMPLE, *argv, "--model_name_or_path", "checkpoint", "--dataset_name", "data.jsonl",
-         "--output_dir", output, *TWO_STEPS],
-        capture_output=True, text=True, cwd=workdir, env={**os.environ, **fixtures.CPU_ENVIRONMENT},
+        [
+            sys.executable,
+            EXAMPLE,
+            *argv,
+            "--model_name_or_path",
+            "checkpoint",
+            "--dataset_name",
+            "data.jsonl",
+            "--output_dir",
+            output,
+            *TWO_STEPS,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env={**os.environ, **fixtures.CPU_ENVIRONMENT},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((workdir / output / "trainer_state.json").read_text())
@@ -273,15 +326,20 @@ def _example(workdir, output, *argv):
 
 @pytest.mark.fresh_interpreter
 def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
-    out, steps, losses = _example(workdir, "from-cli", "--trust_remote_code", "true",
-                                  "--diffusion_loss_normalization", "window")
-    assert f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out and "diffusion_loss_normalization='window'" in out
+    out, steps, losses = _example(
+        workdir, "from-cli", "--trust_remote_code", "true", "--diffusion_loss_normalization", "window"
+    )
+    assert (
+        f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out and "diffusion_loss_normalization='window'" in out
+    )
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
 
 
 @pytest.mark.fresh_interpreter
 def test_example_script_trains_from_its_sample_yaml(workdir):
     # The sample YAML as shipped (LoRA, clipping, the flag), its paths and length overridden on the command line.
-    out, steps, losses = _example(workdir, "from-yaml", "--config", os.path.join(os.path.dirname(EXAMPLE), "train.yaml"))
+    out, steps, losses = _example(
+        workdir, "from-yaml", "--config", os.path.join(os.path.dirname(EXAMPLE), "train.yaml")
+    )
     assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)

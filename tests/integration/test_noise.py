@@ -76,8 +76,14 @@ def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):
     paths = ["per_sample", "global" if MODE == registry.NATIVE else None]
     for noise in paths:
         # (judged on gradients and parameters: transformers 4.56 logs a loss rounded to 4 decimals)
-        run = experiment.train(EXAMPLES[:4], seed=0, diffusion_eps=0.3, diffusion_time_weighting="none",
-                               logging_steps=100, **({"diffusion_noise": noise} if noise else {}))
+        run = experiment.train(
+            EXAMPLES[:4],
+            seed=0,
+            diffusion_eps=0.3,
+            diffusion_time_weighting="none",
+            logging_steps=100,
+            **({"diffusion_noise": noise} if noise else {}),
+        )
         assert all(judging.judge(run, window, eps=0.3, inverse_t=False).ok for window in run.windows), noise
 
 
@@ -92,8 +98,11 @@ def test_outside_training_a_flagged_trainers_profile_is_the_releases_own(plugin,
     ours, model, args = run.trainer.diffusion_profile, run.trainer.model, run.trainer.args
     clean = dataclasses.replace(ours)  # (fields only: none of the trainer's patches)
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
-    inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
-              "attention_mask": torch.ones_like(ids)}
+    inputs = {
+        "input_ids": ids,
+        "labels": torch.where(torch.arange(6) < 2, -100, ids),
+        "attention_mask": torch.ones_like(ids),
+    }
 
     def call(profile):
         torch.manual_seed(7)
@@ -134,18 +143,33 @@ def _nemotron(**changes):
 
 
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
-@pytest.mark.parametrize("variant", ["no attention mask", "padding attended, no EOS fill", "eps and mask id set",
-                                     "a padded row without an answer", "a head with a bias", "one answer token",
-                                     "dream, shifted logits", "nothing to mask", "an all-ones mask, no EOS fill",
-                                     "the compiled loss", "keyword arguments, microbatch"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "no attention mask",
+        "padding attended, no EOS fill",
+        "eps and mask id set",
+        "a padded row without an answer",
+        "a head with a bias",
+        "one answer token",
+        "dream, shifted logits",
+        "nothing to mask",
+        "an all-ones mask, no EOS fill",
+        "the compiled loss",
+        "keyword arguments, microbatch",
+    ],
+)
 def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, direct, variant):
     """Outside a training window (evaluation, a user's own call) the patched profile draws and divides as the
     release does: the same loss and metrics, bit for bit, for inputs the training cases never send - and
     it calls the model with the same inputs the release does."""
     model = direct.model
     ids = torch.tensor([[10, 11, 30, 31, 32, 33], [10, 11, 40, 41, 1, 1]])
-    inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
-              "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])}
+    inputs = {
+        "input_ids": ids,
+        "labels": torch.where(torch.arange(6) < 2, -100, ids),
+        "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]]),
+    }
     settings, changes, name = {}, {}, "nemotron_labs_diffusion"
     if variant == "no attention mask":
         del inputs["attention_mask"]
@@ -208,8 +232,11 @@ def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_wi
 
     model = direct.model
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
-    inputs = {"input_ids": ids, "labels": torch.where(torch.arange(6) < 2, -100, ids),
-              "attention_mask": torch.ones_like(ids)}
+    inputs = {
+        "input_ids": ids,
+        "labels": torch.where(torch.arange(6) < 2, -100, ids),
+        "attention_mask": torch.ones_like(ids),
+    }
     args = direct.args(diffusion_eps=0.25, diffusion_mask_token_id=3)  # (the window's draw reads them too)
 
     def loss(scale, others=0):  # others: masked tokens of the window's other micro-batches / ranks
@@ -227,8 +254,10 @@ def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_wi
     assert torch.allclose(shared * total, one * count, rtol=1e-6, atol=0)  # S / (the window's count)
     with pytest.raises(RuntimeError) as refused:
         _nemotron().compute_loss(model, dict(inputs), args, num_items_in_batch=Window([inputs], lambda c: c, 1))
-    assert str(refused.value) == ("unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
-                                  "was get_batch_samples bypassed?")
+    assert str(refused.value) == (
+        "unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
+        "was get_batch_samples bypassed?"
+    )
 
 
 @pytest.mark.skipif(MODE != registry.PATCHED, reason="the patched compute_loss of an affected release")
@@ -242,8 +271,11 @@ def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, dir
         with context(), pytest.raises(ValueError) as refused:
             _nemotron().compute_loss(model, dict(inputs), args)
         messages.append(str(refused.value))
-    assert messages[0] == messages[1] == (
-        "Unsloth: nemotron_labs_diffusion does not support diffusion_time_weighting='linear'.")
+    assert (
+        messages[0]
+        == messages[1]
+        == ("Unsloth: nemotron_labs_diffusion does not support diffusion_time_weighting='linear'.")
+    )
     # In a training window the refusal comes before the window's noise is drawn: the RNG is as it was.
     from unsloth_diffusion_norm.window import SLOT, Window
 
@@ -308,8 +340,12 @@ def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(
     model = direct.model
     ids = torch.tensor([[1, 1, 10, 30, 31, 32], [10, 11, 40, 41, 42, 43]])
     keys = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
-    inputs = {"input_ids": ids, "labels": torch.where(ids == 1, -100, ids), per_sample.KEYS: keys,
-              "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])}
+    inputs = {
+        "input_ids": ids,
+        "labels": torch.where(ids == 1, -100, ids),
+        per_sample.KEYS: keys,
+        "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6]),
+    }
     drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
     replayed = oracle.replay_noise([{**inputs, "keys": keys}], torch.get_rng_state(), EPS, EOS_ID)[0]
     assert torch.equal(drawn.masked, replayed.masked) and torch.equal(drawn.p_mask, replayed.p_mask)

@@ -5,12 +5,13 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
+from unsloth_diffusion_norm.registry import NATIVE
 from unsloth_diffusion_norm.verify import experiment, fixtures, judging, oracle
 from unsloth_diffusion_norm.verify.fixtures import Example, equal_answers
 from unsloth_diffusion_norm.verify.judging import judge
-from unsloth_diffusion_norm.registry import NATIVE
 
 MODE = unsloth_diffusion_norm.apply().mode
+
 
 def padded_batch_examples():
     lengths = [3, 9, 5, 7]  # batch 2, right padding: the EOS tail of the shorter row is maskable
@@ -26,9 +27,7 @@ CASES = {
         examples=[Example([10, 11, 12], [], eos=False), *equal_answers(3)], seed=0
     ),
     "batch-2-right-padding": dict(examples=padded_batch_examples(), batch_size=2, seed=0),
-    "time-weighting-none": dict(
-        examples=equal_answers(4), seed=0, diffusion_time_weighting="none", inverse_t=False
-    ),
+    "time-weighting-none": dict(examples=equal_answers(4), seed=0, diffusion_time_weighting="none", inverse_t=False),
     "lora-frozen-head-fused-path": dict(examples=equal_answers(4), seed=0, lora="frozen-head"),
     "lora-saved-head-dense-path": dict(examples=equal_answers(4), seed=0, lora="saved-head"),
     "llada-opted-into-window": dict(examples=equal_answers(4), seed=0, profile="llada"),
@@ -61,8 +60,16 @@ def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
             assert control.worst > oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
 
 
-@pytest.mark.parametrize("case", ["seed-0", "partial-last-window-ga3-over-5", "batch-2-right-padding",
-                                  "lora-frozen-head-fused-path", "micro-batch-without-supervised-tokens"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "seed-0",
+        "partial-last-window-ga3-over-5",
+        "batch-2-right-padding",
+        "lora-frozen-head-fused-path",
+        "micro-batch-without-supervised-tokens",
+    ],
+)
 def test_per_sample_noise_matches_oracle(case, plugin):
     """The oracle draws each row from its own generator too; the trainer must agree with it."""
     spec = dict(CASES[case])
@@ -122,8 +129,10 @@ def test_ga1_control_old_and_new_agree_bitwise(plugin, trainer_stack):
         assert judge(patched, ours).ok
 
 
-@pytest.mark.skipif(MODE == NATIVE, reason="a natively fixed release has no unfixed run to compare with; "
-                    "there the flag is every oracle case's control")
+@pytest.mark.skipif(
+    MODE == NATIVE,
+    reason="a natively fixed release has no unfixed run to compare with; there the flag is every oracle case's control",
+)
 def test_microbatch_flag_reproduces_the_old_run_bitwise(trainer_stack):
     unsloth_diffusion_norm.apply()
     old_way = experiment.train(equal_answers(4), seed=1, diffusion_loss_normalization="microbatch")
@@ -167,15 +176,9 @@ def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stac
             for name, param in model.named_parameters():
                 param -= fixtures.LEARNING_RATE * reference.grads[name]
     final = dict(model.named_parameters())
-    trajectory_error = max(
-        oracle.max_error(run.windows[-1].params_after[n], final[n]) for n in final
-    )
+    trajectory_error = max(oracle.max_error(run.windows[-1].params_after[n], final[n]) for n in final)
     print(f"parameter error after 3 updates vs the oracle trajectory: {trajectory_error:.3e}")
-    assert all(
-        oracle.max_error(run.windows[-1].params_after[n], final[n])
-        <= oracle.tolerance(final[n])
-        for n in final
-    )
+    assert all(oracle.max_error(run.windows[-1].params_after[n], final[n]) <= oracle.tolerance(final[n]) for n in final)
 
     # Evaluation keeps the single-batch denominator, and equals the unpatched release's bitwise.
     trainer = run.trainer

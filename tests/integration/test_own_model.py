@@ -22,15 +22,32 @@ MODE = unsloth_diffusion_norm.apply().mode
 # Each fixture: the class its own code builds, and the copy's config against the full-size one.
 ARCHITECTURES = {
     # Llama-style: grouped-query attention, rotary buffer, untied plain `lm_head` (the fused-head loss path).
-    "nemotron_gqa_rope": ("NemotronDiffusionModel", {
-        "num_hidden_layers": [32, 2], "hidden_size": [4096, 64], "num_attention_heads": [32, 4],
-        "num_key_value_heads": [8, 2], "head_dim": [128, 16], "intermediate_size": [14336, 128],
-        "torch_dtype": ["bfloat16", "float32"]}),
+    "nemotron_gqa_rope": (
+        "NemotronDiffusionModel",
+        {
+            "num_hidden_layers": [32, 2],
+            "hidden_size": [4096, 64],
+            "num_attention_heads": [32, 4],
+            "num_key_value_heads": [8, 2],
+            "head_dim": [128, 16],
+            "intermediate_size": [14336, 128],
+            "torch_dtype": ["bfloat16", "float32"],
+        },
+    ),
     # OLMo/LLaDA-style names, fused qkv, logits from the tied input embedding (dense-logit path), dropout on.
-    "nemotron_tied_fused_qkv": ("DiffusionLMModel", {
-        "n_layers": [28, 2], "d_model": [3072, 64], "n_heads": [24, 4], "n_kv_heads": [8, 2],
-        "mlp_hidden_size": [8192, 128], "attention_dropout": [0.1, 0.0], "residual_dropout": [0.1, 0.0],
-        "torch_dtype": ["bfloat16", "float32"]}),
+    "nemotron_tied_fused_qkv": (
+        "DiffusionLMModel",
+        {
+            "n_layers": [28, 2],
+            "d_model": [3072, 64],
+            "n_heads": [24, 4],
+            "n_kv_heads": [8, 2],
+            "mlp_hidden_size": [8192, 128],
+            "attention_dropout": [0.1, 0.0],
+            "residual_dropout": [0.1, 0.0],
+            "torch_dtype": ["bfloat16", "float32"],
+        },
+    ),
 }
 GARBAGE = b"not safetensors: the self-check must never read this file\n"
 WEIGHTS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json")
@@ -67,6 +84,7 @@ def edit_config(**changes):
         config = json.loads((directory / "config.json").read_text())
         config.update(changes)
         (directory / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+
     return edit
 
 
@@ -75,6 +93,7 @@ def replace_in(filename, old, new):
         text = (directory / filename).read_text()
         assert old in text
         (directory / filename).write_text(text.replace(old, new))
+
     return edit
 
 
@@ -103,6 +122,7 @@ def one_line(err):
 
 # --- the fixture architectures pass on a fixed stack, fail with the fix off, and their weights stay unread ---
 
+
 def test_a_read_would_show_in_the_access_time(tmp_path):
     """The control for the weight files' check: on this filesystem reading such a file moves its atime."""
     garbage(tmp_path / "control.safetensors")
@@ -129,8 +149,11 @@ def test_doctor_model_passes_on_a_fixed_stack_and_never_reads_a_weight_file(name
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_with_the_switch_off_doctor_model_fails_where_the_release_is_affected(name, checkpoints, tmp_path):
     # HF_HUB_OFFLINE: the whole check runs without the network (everything it loads is local).
-    done = run(["doctor", "--json", "--model", str(checkpoints[name])], tmp_path,
-               {"UNSLOTH_DIFFUSION_NORM": "0", "HF_HUB_OFFLINE": "1"})
+    done = run(
+        ["doctor", "--json", "--model", str(checkpoints[name])],
+        tmp_path,
+        {"UNSLOTH_DIFFUSION_NORM": "0", "HF_HUB_OFFLINE": "1"},
+    )
     report = json.loads(done.stdout)
     assert report["mode"] == registry.DISABLED and done.returncode == report["exit"], done.stderr[-3000:]
     check = report["self_check"]
@@ -172,15 +195,22 @@ def test_a_forward_that_requires_attention_mask_cannot_train_here_and_doctor_say
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the copy and the run folder: not in /tmp
 
-    directory = hub_checkpoint(tmp_path, "nemotron_tied_fused_qkv", replace_in(
-        "modeling_diffusion_lm.py", "def forward(self, input_ids, attention_mask=None,",
-        "def forward(self, input_ids, attention_mask,"))
+    directory = hub_checkpoint(
+        tmp_path,
+        "nemotron_tied_fused_qkv",
+        replace_in(
+            "modeling_diffusion_lm.py",
+            "def forward(self, input_ids, attention_mask=None,",
+            "def forward(self, input_ids, attention_mask,",
+        ),
+    )
     report = doctor.examine(model=str(directory))
     assert report["exit"] == 1 and not report["self_check"]["passed"]
     assert "attention_mask" in report["self_check"]["error"]
 
 
 # --- what the self-check cannot run on: one line, exit 2 ---
+
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory):
@@ -190,12 +220,14 @@ def broken(tmp_path_factory):
     garbage(no_config / "model.safetensors", size=1 << 20)
     return {
         "no config.json": (str(no_config), f"no config.json in '{no_config}': not a checkpoint directory"),
-        "no remote code": (str(hub_checkpoint(where, "nemotron_gqa_rope", edit_config(auto_map=None))),
-                           "has no remote code (config.json has no auto_map)"),
-        "code missing": (str(hub_checkpoint(where, "nemotron_tied_fused_qkv",
-                                            lambda d: os.remove(d / "modeling_diffusion_lm.py"))),
-                         "auto_map names 'modeling_diffusion_lm.DiffusionLMModel', but modeling_diffusion_lm.py "
-                         "is not in"),
+        "no remote code": (
+            str(hub_checkpoint(where, "nemotron_gqa_rope", edit_config(auto_map=None))),
+            "has no remote code (config.json has no auto_map)",
+        ),
+        "code missing": (
+            str(hub_checkpoint(where, "nemotron_tied_fused_qkv", lambda d: os.remove(d / "modeling_diffusion_lm.py"))),
+            "auto_map names 'modeling_diffusion_lm.DiffusionLMModel', but modeling_diffusion_lm.py is not in",
+        ),
     }
 
 
@@ -204,10 +236,11 @@ HUB_ID = "nvidia/Nemotron-Labs-Diffusion-8B"
 
 @pytest.mark.parametrize("case", ["hub id", "no such directory", "no config.json", "no remote code", "code missing"])
 def test_a_directory_that_is_no_checkpoint_is_refused_before_unsloth_is_imported(case, broken, tmp_path):
-    directory, says = {"hub id": (HUB_ID, f"'{HUB_ID}' is not a local directory (a Hub id?); this command never "
-                                           f"downloads"),
-                       "no such directory": ("/nonexistent/checkpoint", "no directory '/nonexistent/checkpoint'"),
-                       **broken}[case]
+    directory, says = {
+        "hub id": (HUB_ID, f"'{HUB_ID}' is not a local directory (a Hub id?); this command never downloads"),
+        "no such directory": ("/nonexistent/checkpoint", "no directory '/nonexistent/checkpoint'"),
+        **broken,
+    }[case]
     command = "reproduce" if case == "no remote code" else "doctor"
     done = run([command, "--model", directory], tmp_path)
     assert done.returncode == 2 and done.stdout == ""
@@ -228,19 +261,28 @@ def test_a_checkpoint_the_self_check_cannot_run_on_is_one_line_and_exit_2(case, 
     architecture = "nemotron_gqa_rope"
     edit, settings, says = {
         "no masked-diffusion profile": (
-            lambda d: [replace_in(f, '"nemotron_labs_diffusion"', '"my_causal_lm"')(d)
-                       for f in ("config.json", "configuration_nemotron_diffusion.py")],
-            [], "has no masked-diffusion profile for model_type 'my_causal_lm' (architectures "
-                "['NemotronDiffusionModel'])"),
+            lambda d: [
+                replace_in(f, '"nemotron_labs_diffusion"', '"my_causal_lm"')(d)
+                for f in ("config.json", "configuration_nemotron_diffusion.py")
+            ],
+            [],
+            "has no masked-diffusion profile for model_type 'my_causal_lm' (architectures ['NemotronDiffusionModel'])",
+        ),
         "another profile": (
-            lambda d: [replace_in(f, '"nemotron_labs_diffusion"', '"llada"')(d)
-                       for f in ("config.json", "configuration_nemotron_diffusion.py")],
-            [], "to its 'llada' profile; the self-check's oracle is the nemotron_labs_diffusion objective"),
-        "does not build": (None, ["--set", "num_key_value_heads=3"],
-                           "does not build: ValueError: num_attention_heads (4) must be a multiple of "
-                           "num_key_value_heads (3) (shrunk: num_hidden_layers 32→2"),
-        "no mask id": (edit_config(mask_token_id=None), [],
-                       "no [MASK] token id in "),
+            lambda d: [
+                replace_in(f, '"nemotron_labs_diffusion"', '"llada"')(d)
+                for f in ("config.json", "configuration_nemotron_diffusion.py")
+            ],
+            [],
+            "to its 'llada' profile; the self-check's oracle is the nemotron_labs_diffusion objective",
+        ),
+        "does not build": (
+            None,
+            ["--set", "num_key_value_heads=3"],
+            "does not build: ValueError: num_attention_heads (4) must be a multiple of "
+            "num_key_value_heads (3) (shrunk: num_hidden_layers 32→2",
+        ),
+        "no mask id": (edit_config(mask_token_id=None), [], "no [MASK] token id in "),
     }[case]
     directory = hub_checkpoint(tmp_path, architecture, edit)
     before = access_times(directory)
@@ -255,16 +297,36 @@ def test_a_checkpoint_the_self_check_cannot_run_on_is_one_line_and_exit_2(case, 
 
 # --- the shrink itself ---
 
+
 def test_shrink_keeps_the_attention_kind_and_the_vocabulary_and_turns_dropout_off():
-    full = {"num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
-            "intermediate_size": 13824, "vocab_size": 152064, "eos_token_id": [2, 11], "hidden_dropout": 0.1,
-            "layer_types": ["full", "sliding"] * 20, "quantization_config": {"quant_method": "fp8"},
-            "torch_dtype": "bfloat16", "max_position_embeddings": 131072}
+    full = {
+        "num_hidden_layers": 40,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 40,
+        "intermediate_size": 13824,
+        "vocab_size": 152064,
+        "eos_token_id": [2, 11],
+        "hidden_dropout": 0.1,
+        "layer_types": ["full", "sliding"] * 20,
+        "quantization_config": {"quant_method": "fp8"},
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 131072,
+    }
     tiny, changes = own_model.shrink(full, [("rope_theta", 10000.0)])
     kept = {k: v for k, v in full.items() if k != "quantization_config"}  # random weights are not quantized
-    assert tiny == {**kept, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                    "num_key_value_heads": 4, "intermediate_size": 128, "hidden_dropout": 0.0,
-                    "layer_types": ["full", "sliding"], "torch_dtype": "float32", "rope_theta": 10000.0}
+    assert tiny == {
+        **kept,
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 128,
+        "hidden_dropout": 0.0,
+        "layer_types": ["full", "sliding"],
+        "torch_dtype": "float32",
+        "rope_theta": 10000.0,
+    }
     assert changes["quantization_config"] == ["present", "removed"] and changes["rope_theta"] == [None, 10000.0]
     assert own_model.shrink({"n_head": 16, "multi_query_group_num": 1})[0]["multi_query_group_num"] == 1
     assert own_model.shrink({"num_hidden_layers": 1, "hidden_size": 32})[1] == {}  # never grown

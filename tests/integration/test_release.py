@@ -29,7 +29,9 @@ def test_the_mode_is_the_one_this_release_needs():
 
 
 # Appended to a snippet that has set `u` and `seen`: prints `seen` and the mode an explicit apply() leaves.
-THEN_APPLY = "try:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\nprint(*seen, applied)"
+THEN_APPLY = (
+    "try:\n    applied = u.apply().mode\nexcept RuntimeError:\n    applied = u.status().mode\nprint(*seen, applied)"
+)
 
 
 @pytest.mark.fresh_interpreter
@@ -60,8 +62,9 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
     assert mode == EXPECTED_MODE
     assert wrapped == str(EXPECTED_MODE != registry.UNSUPPORTED) and (int(patches) > 0) == (wrapped == "True")
     # (Unsloth first here: the hooks then run at registration; test_field.py switches off before Unsloth.)
-    disabled, _ = _python("import unsloth, unsloth_diffusion_norm; " + SEEN + "\n" + THEN_APPLY,
-                          UNSLOTH_DIFFUSION_NORM="0")
+    disabled, _ = _python(
+        "import unsloth, unsloth_diffusion_norm; " + SEEN + "\n" + THEN_APPLY, UNSLOTH_DIFFUSION_NORM="0"
+    )
     mode, patches, wrapped, applied = disabled.split()
     assert mode == "disabled"
     # Switched off, only the flags stay (accepted by DiffusionConfig, refused by the trainer when set).
@@ -71,8 +74,10 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
 
 
 @pytest.mark.fresh_interpreter
-@pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
-                    "an unrecognised shape is tested in test_activation.py")
+@pytest.mark.skipif(
+    EXPECTED_MODE != registry.UNSUPPORTED,
+    reason="the installed release is supported; an unrecognised shape is tested in test_activation.py",
+)
 def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_patched():
     from unsloth_diffusion_norm.detect import unsloth_version
 
@@ -81,16 +86,19 @@ def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_p
         "try:\n    u.apply()\nexcept RuntimeError as e:\n    print('raised', 'Unsloth ' + u.status().unsloth_version in str(e))\n"
     )
     assert line == "raised True"  # apply() says which release and what is missing
-    warnings = [l for l in stderr.splitlines() if "unsloth_diffusion_norm: Unsloth" in l]
+    warnings = [line for line in stderr.splitlines() if "unsloth_diffusion_norm: Unsloth" in line]
     assert len(warnings) == 1 and f"Unsloth {unsloth_version()} is not supported" in warnings[0]
     assert "Nothing was patched" in warnings[0]
 
 
 @pytest.mark.fresh_interpreter
-@pytest.mark.skipif(EXPECTED_MODE != registry.UNSUPPORTED, reason="the installed release is supported; "
-                    "doctor's exit 2 for unrecognised internals is tested in test_doctor.py")
+@pytest.mark.skipif(
+    EXPECTED_MODE != registry.UNSUPPORTED,
+    reason="the installed release is supported; doctor's exit 2 for unrecognised internals is tested in test_doctor.py",
+)
 def test_doctor_exits_2_on_a_release_without_masked_diffusion():
     env = {**os.environ, **CPU_ENVIRONMENT}
-    done = subprocess.run([sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor"], capture_output=True,
-                          text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor"], capture_output=True, text=True, env=env
+    )
     assert done.returncode == 2 and "is not supported" in done.stdout

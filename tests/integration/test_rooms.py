@@ -13,9 +13,18 @@ CORE = ("activation", "registry", "detect", "patches", "config", "noise", "per_s
 
 
 def _modules_after(code, cwd, **env):
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code) + "\nimport sys, json\n"
-                           "print(json.dumps(sorted(m for m in sys.modules if m.startswith('unsloth_diffusion_norm'))))"],
-                          capture_output=True, text=True, cwd=cwd, env={**os.environ, **fixtures.CPU_ENVIRONMENT, **env})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(code) + "\nimport sys, json\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('unsloth_diffusion_norm'))))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **fixtures.CPU_ENVIRONMENT, **env},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

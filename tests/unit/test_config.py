@@ -7,10 +7,13 @@ import pytest
 from unsloth_diffusion_norm import config
 
 
-@pytest.mark.parametrize("field, good, bad", [
-    (config.FIELD, ("window", "microbatch", None), ("global", "Window", 1, "")),
-    (config.NOISE_FIELD, ("global", "per_sample", None), ("per-sample", "window", 0)),
-])
+@pytest.mark.parametrize(
+    "field, good, bad",
+    [
+        (config.FIELD, ("window", "microbatch", None), ("global", "Window", 1, "")),
+        (config.NOISE_FIELD, ("global", "per_sample", None), ("per-sample", "window", 0)),
+    ],
+)
 def test_validate_accepts_the_choices_and_names_them_otherwise(field, good, bad):
     for value in good:
         assert config.validate(value, field) == value

@@ -92,23 +92,43 @@ def _not_a_dataclass(trainer, masked, profiles):
 BREAKS = [
     ("chunked", lambda t, m, p: delattr(t.DiffusionTrainer, "compute_loss"), "DiffusionTrainer.compute_loss"),
     ("chunked", _not_a_dataclass, "DiffusionConfig as a dataclass"),
-    ("chunked", lambda t, m, p: delattr(m.MaskedDiffusionProfile, "compute_loss"),
-     "MaskedDiffusionProfile.compute_loss"),
+    (
+        "chunked",
+        lambda t, m, p: delattr(m.MaskedDiffusionProfile, "compute_loss"),
+        "MaskedDiffusionProfile.compute_loss",
+    ),
     ("chunked", lambda t, m, p: delattr(m.MaskedDiffusionProfile, "option"), "MaskedDiffusionProfile.option"),
-    *(("chunked", lambda t, m, p, f=f: _drop_field(m.MaskedDiffusionProfile, f), f"MaskedDiffusionProfile.{f}")
-      for f in ("pad_with_eos", "shift_logits", "loss_normalization")),
-    ("chunked", lambda t, m, p: setattr(t.DiffusionTrainer, "model_accepts_loss_kwargs", False),
-     "the model_accepts_loss_kwargs=False rescale"),
-    ("chunked", lambda t, m, p: setattr(p.diffusion_profiles()[0], "loss_normalization", "answer_length"),
-     "the nemotron_labs_diffusion profile normalized per micro-batch by masked tokens"),
-    ("chunked", lambda t, m, p: setattr(p, "diffusion_profiles", lambda: []),
-     "the nemotron_labs_diffusion profile normalized per micro-batch by masked tokens"),
-    ("native", lambda t, m, p: _drop_field(m.MaskedDiffusionProfile, "loss_normalization"),
-     "MaskedDiffusionProfile.loss_normalization"),
+    *(
+        ("chunked", lambda t, m, p, f=f: _drop_field(m.MaskedDiffusionProfile, f), f"MaskedDiffusionProfile.{f}")
+        for f in ("pad_with_eos", "shift_logits", "loss_normalization")
+    ),
+    (
+        "chunked",
+        lambda t, m, p: setattr(t.DiffusionTrainer, "model_accepts_loss_kwargs", False),
+        "the model_accepts_loss_kwargs=False rescale",
+    ),
+    (
+        "chunked",
+        lambda t, m, p: setattr(p.diffusion_profiles()[0], "loss_normalization", "answer_length"),
+        "the nemotron_labs_diffusion profile normalized per micro-batch by masked tokens",
+    ),
+    (
+        "chunked",
+        lambda t, m, p: setattr(p, "diffusion_profiles", lambda: []),
+        "the nemotron_labs_diffusion profile normalized per micro-batch by masked tokens",
+    ),
+    (
+        "native",
+        lambda t, m, p: _drop_field(m.MaskedDiffusionProfile, "loss_normalization"),
+        "MaskedDiffusionProfile.loss_normalization",
+    ),
     ("native", _not_a_dataclass, "DiffusionConfig as a dataclass"),
     ("native", lambda t, m, p: delattr(t, "DiffusionTrainer"), "unsloth.models.diffusion_trainer.DiffusionTrainer"),
-    ("dense", lambda t, m, p: delattr(m, "MaskedDiffusionProfile"),
-     "unsloth.models.diffusion_masked.MaskedDiffusionProfile"),
+    (
+        "dense",
+        lambda t, m, p: delattr(m, "MaskedDiffusionProfile"),
+        "unsloth.models.diffusion_masked.MaskedDiffusionProfile",
+    ),
 ]
 
 
@@ -123,21 +143,32 @@ def test_a_release_with_neither_loss_names_every_piece_of_both():
     trainer, masked, profiles = release("dense")
     del masked.F, masked.response_mask
     assert detect.recognise(trainer, masked, profiles) == (
-        None, ["unsloth.models.diffusion_masked." + n for n in dict.fromkeys(detect.CHUNKED_NAMES + detect.DENSE_NAMES)])
+        None,
+        ["unsloth.models.diffusion_masked." + n for n in dict.fromkeys(detect.CHUNKED_NAMES + detect.DENSE_NAMES)],
+    )
 
 
 def test_a_release_with_part_of_a_loss_names_only_what_is_missing():
     trainer, masked, profiles = release("chunked")
     del masked.compile_loss
     assert detect.recognise(trainer, masked, profiles) == (
-        None, ["unsloth.models.diffusion_masked.compile_loss", "unsloth.models.diffusion_masked.F"])
+        None,
+        ["unsloth.models.diffusion_masked.compile_loss", "unsloth.models.diffusion_masked.F"],
+    )
 
 
 @pytest.mark.parametrize("shape", ["chunked", "native"])
 def test_a_profile_class_that_is_not_a_dataclass_is_named_not_crashed_on(shape):
     trainer, masked, profiles = release(shape)
-    plain = type("MaskedDiffusionProfile", (), {k: v for k, v in vars(masked.MaskedDiffusionProfile).items()
-                                                 if k not in ("__dataclass_fields__", "__dict__", "__weakref__")})
+    plain = type(
+        "MaskedDiffusionProfile",
+        (),
+        {
+            k: v
+            for k, v in vars(masked.MaskedDiffusionProfile).items()
+            if k not in ("__dataclass_fields__", "__dict__", "__weakref__")
+        },
+    )
     masked.MaskedDiffusionProfile = plain
     shape_found, missing = detect.recognise(trainer, masked, profiles)
     assert shape_found is None and "MaskedDiffusionProfile.loss_normalization" in missing

@@ -23,6 +23,7 @@ def warnings_in(caplog):
 
 # --- the post-import finder ----------------------------------------------------------------------------
 
+
 class LegacyFinder:
     """A finder of the old protocol (no find_spec), as some import hooks still are."""
 
@@ -64,8 +65,10 @@ def test_a_spec_whose_loader_cannot_run_the_module_goes_back_unhooked(monkeypatc
         def load_module(self, name):
             raise ImportError(name)
 
-    specs = {"legacy_example": ModuleSpec("legacy_example", LegacyLoader()),
-             "namespace_example": ModuleSpec("namespace_example", None)}
+    specs = {
+        "legacy_example": ModuleSpec("legacy_example", LegacyLoader()),
+        "namespace_example": ModuleSpec("namespace_example", None),
+    }
 
     class Finder:
         def find_spec(self, name, path=None, target=None):
@@ -119,14 +122,16 @@ def test_a_hook_whose_module_is_imported_already_runs_at_once(state, monkeypatch
     state.mode = registry.PENDING
     _fresh_hooks(monkeypatch, unsloth=ModuleType("unsloth"))
     activation.register_hooks()
-    assert sys.meta_path[0].hooks == {
-        TRAINER_MODULE: activation._on_trainer_module}
+    assert sys.meta_path[0].hooks == {TRAINER_MODULE: activation._on_trainer_module}
     # Unsloth is there and its diffusion trainer is not: a release without masked diffusion.
     assert (state.mode, state.reason) == (
-        registry.UNSUPPORTED, "it has no masked-diffusion trainer (unsloth.models.diffusion_trainer)")
+        registry.UNSUPPORTED,
+        "it has no masked-diffusion trainer (unsloth.models.diffusion_trainer)",
+    )
 
 
 # --- what each hook does, by mode ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", [registry.PATCHED, registry.UNPATCHED, registry.DISABLED])
 def test_the_unsloth_hook_leaves_a_decided_mode_alone(state, monkeypatch, mode):
@@ -223,6 +228,7 @@ def test_after_unpatch_the_trainer_hook_leaves_the_release_alone(state):
 
 # --- the switch ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["0", "false", "No", " OFF "])
 def test_the_switch_turns_patching_off(state, monkeypatch, caplog, value):
     monkeypatch.setattr(activation, "_hooks_registered", True)
@@ -231,9 +237,15 @@ def test_the_switch_turns_patching_off(state, monkeypatch, caplog, value):
     with caplog.at_level(logging.INFO):
         unsloth_diffusion_norm._switch()
     assert (state.mode, state.reason) == (registry.DISABLED, f"UNSLOTH_DIFFUSION_NORM={value}")
-    assert warnings_in(caplog) == [(logging.WARNING, (
-        f"unsloth_diffusion_norm: disabled by UNSLOTH_DIFFUSION_NORM={value}; Unsloth's diffusion loss is left as "
-        "the release has it (2026.10.4-.6: per-micro-batch normalization)."))]
+    assert warnings_in(caplog) == [
+        (
+            logging.WARNING,
+            (
+                f"unsloth_diffusion_norm: disabled by UNSLOTH_DIFFUSION_NORM={value}; Unsloth's diffusion loss is left as "
+                "the release has it (2026.10.4-.6: per-micro-batch normalization)."
+            ),
+        )
+    ]
 
 
 @pytest.mark.parametrize("value", [None, "", "1", "TRUE", " yes", "on"])
@@ -257,12 +269,19 @@ def test_an_unknown_switch_value_is_named_once_and_patching_stays_on(state, monk
         unsloth_diffusion_norm._switch()
         unsloth_diffusion_norm._switch()
     assert state.mode == registry.PENDING
-    assert warnings_in(caplog) == [(logging.WARNING, (
-        "unsloth_diffusion_norm: UNSLOTH_DIFFUSION_NORM='maybe' is not understood, so patching stays on; use one "
-        "of 0, false, no, off to turn it off, or 1, true, yes, on to keep it on."))]
+    assert warnings_in(caplog) == [
+        (
+            logging.WARNING,
+            (
+                "unsloth_diffusion_norm: UNSLOTH_DIFFUSION_NORM='maybe' is not understood, so patching stays on; use one "
+                "of 0, false, no, off to turn it off, or 1, true, yes, on to keep it on."
+            ),
+        )
+    ]
 
 
 # --- a broken installation -----------------------------------------------------------------------------
+
 
 def test_the_install_hint_is_the_requirement_pyproject_states(monkeypatch):
     assert activation._install_hint("wrapt") == "pip install 'wrapt>=1.15'"
@@ -291,16 +310,24 @@ def test_a_broken_installation_names_the_module_the_command_and_what_training_ge
     reason = "broken installation: the module 'wrapt' is missing (pip install 'wrapt>=1.15')"
     assert (state.mode, state.shape, state.reason) == (registry.BROKEN, shape, reason)
     assert message == f"unsloth_diffusion_norm: Unsloth 2026.10.6: {reason}"
-    effect = ("Unsloth 2026.10.6 normalizes by the window natively, so the loss is right, but the plugin's "
-              "DiffusionConfig flags are unavailable") if shape == detect.NATIVE else (
-              "Nothing was patched: Unsloth 2026.10.6 will train with its per-micro-batch loss normalization "
-              "(the bug this plugin fixes)")
+    effect = (
+        (
+            "Unsloth 2026.10.6 normalizes by the window natively, so the loss is right, but the plugin's "
+            "DiffusionConfig flags are unavailable"
+        )
+        if shape == detect.NATIVE
+        else (
+            "Nothing was patched: Unsloth 2026.10.6 will train with its per-micro-batch loss normalization "
+            "(the bug this plugin fixes)"
+        )
+    )
     assert warnings_in(caplog) == [(logging.WARNING, f"unsloth_diffusion_norm: {reason}. {effect}.")]
     unnamed = activation._broken(shape, ImportError("cannot import name 'x'"))
     assert unnamed.endswith("the module \"cannot import name 'x'\" is missing (pip install cannot import name 'x')")
 
 
 # --- unpatched(): whatever was in place before comes back ------------------------------------------------
+
 
 def test_unpatched_gives_a_switched_off_plugin_its_flags_back(state, monkeypatch):
     module = stand_in_trainer_module()
@@ -333,7 +360,9 @@ def test_unpatched_keeps_a_mode_with_nothing_patched_and_its_reason(state, mode)
 def test_unpatch_says_how_to_undo_it_and_keeps_a_diagnosis(state):
     state.mode = registry.PATCHED
     assert (unsloth_diffusion_norm.unpatch().mode, state.reason) == (
-        registry.UNPATCHED, "unpatch() was called; apply() puts the patches back")
+        registry.UNPATCHED,
+        "unpatch() was called; apply() puts the patches back",
+    )
     for mode in (registry.UNSUPPORTED, registry.BROKEN):  # nothing was patched: the diagnosis stays
         state.mode, state.reason = mode, "the diagnosis"
         assert (unsloth_diffusion_norm.unpatch().mode, state.reason) == (mode, "the diagnosis")
@@ -377,8 +406,9 @@ def test_flags_checked_again_at_construction_and_arguments_without_them_pass():
     patches._check_flags(SimpleNamespace(args=SimpleNamespace(), diffusion_profile=block), Masked)
     for field in ("diffusion_noise", "diffusion_loss_normalization"):
         with pytest.raises(ValueError, match=f"{field} must be"):
-            patches._check_flags(SimpleNamespace(args=SimpleNamespace(**{field: "bogus"}), diffusion_profile=Masked()),
-                                 Masked)
+            patches._check_flags(
+                SimpleNamespace(args=SimpleNamespace(**{field: "bogus"}), diffusion_profile=Masked()), Masked
+            )
     window_by_default = SimpleNamespace(name="block", loss_normalization="global_masked_tokens")
     with pytest.raises(ValueError, match="window normalization is implemented for the masked-diffusion profiles"):
         patches._check_flags(SimpleNamespace(args=SimpleNamespace(), diffusion_profile=window_by_default), Masked)

@@ -77,3 +77,15 @@ def test_the_import_graph_is_read_right():
 
 def test_no_module_imports_itself_through_others():
     assert cycle(graph()) is None
+
+
+def test_the_example_script_imports_the_plugin_first_and_unsloth_before_trl():
+    """The one line the plugin asks for comes first; Unsloth asks to come before TRL, transformers and torch."""
+    tree = ast.parse((PACKAGE.parent / "examples" / "train.py").read_text())
+    order = [
+        (node.names[0].name if isinstance(node, ast.Import) else node.module).split(".")[0]
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
+    assert order[0] == NAME
+    assert order.index("unsloth") < min(order.index(name) for name in ("trl", "torch", "datasets"))

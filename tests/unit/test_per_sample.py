@@ -25,8 +25,14 @@ def test_an_examples_own_draws_do_not_depend_on_its_padding():
 
 
 def arguments(**overrides):
-    settings = dict(seed=0, world_size=1, process_index=0, per_device_train_batch_size=2,
-                    gradient_accumulation_steps=2, ignore_data_skip=False)
+    settings = dict(
+        seed=0,
+        world_size=1,
+        process_index=0,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        ignore_data_skip=False,
+    )
     return SimpleNamespace(**{**settings, **overrides})
 
 

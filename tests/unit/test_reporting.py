@@ -14,8 +14,9 @@ def test_a_fresh_state_is_pending_with_nothing_known():
 
 
 def test_status_prints_every_field_it_has():
-    status = Status("patched", "2026.10.6", "chunked-ce", "a reason", (("A.b", "why b"), ("C.d", "why d")),
-                    "the defaults", ("C.d",))
+    status = Status(
+        "patched", "2026.10.6", "chunked-ce", "a reason", (("A.b", "why b"), ("C.d", "why d")), "the defaults", ("C.d",)
+    )
     assert str(status).splitlines() == [
         "unsloth_diffusion_norm: mode=patched, Unsloth 2026.10.6",
         "  recognised shape: chunked-ce",
@@ -33,7 +34,7 @@ def test_statuses_compare_and_print_by_every_field():
     status = Status(*fields)
     assert status == Status(*fields) and status != fields
     for i, other in enumerate(("native", "2026.10.9", "native-window", "r", (), "d", ("A.b",))):
-        assert status != Status(*fields[:i], other, *fields[i + 1:]), Status.FIELDS[i]
+        assert status != Status(*fields[:i], other, *fields[i + 1 :]), Status.FIELDS[i]
     assert repr(status) == (
         "Status(mode='patched', unsloth_version='2026.10.6', shape='chunked-ce', reason=None, "
         "patches=(('A.b', 'why'),), defaults='defaults', displaced=())"
@@ -46,9 +47,11 @@ def test_an_unsupported_release_is_warned_about_once_and_status_keeps_the_latest
         activation._unsupported("first reason")
         activation._unsupported("second reason")
     version = state.unsloth_version
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(
-        logging.WARNING,
-        f"unsloth_diffusion_norm: Unsloth {version} is not supported: first reason. "
-        "Nothing was patched; diffusion losses are Unsloth's own.",
-    )]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            f"unsloth_diffusion_norm: Unsloth {version} is not supported: first reason. "
+            "Nothing was patched; diffusion losses are Unsloth's own.",
+        )
+    ]
     assert (state.mode, state.reason) == (registry.UNSUPPORTED, "second reason")

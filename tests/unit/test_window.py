@@ -25,7 +25,9 @@ def test_counting_rule_for_parallel_layouts(average, processes, layout, expected
     assert counting_rule(average, processes, processes, config) == expected
 
 
-@pytest.mark.parametrize("layout", [dict(dp_shard_size=2, tp_size=2), dict(dp_replicate_size=2, dp_shard_size=2, tp_size=2)])
+@pytest.mark.parametrize(
+    "layout", [dict(dp_shard_size=2, tp_size=2), dict(dp_replicate_size=2, dp_shard_size=2, tp_size=2)]
+)
 def test_native_opt_in_keeps_upstreams_count_so_tensor_parallel_is_not_counted_twice(layout):
     """On 2026.10.7+ diffusion_noise='global' keeps upstream's compute_loss, which multiplies the loss by
     every process; its count must then be upstream's too (every process summed). Both the plugin's own
@@ -46,15 +48,19 @@ def test_native_opt_in_keeps_upstreams_count_so_tensor_parallel_is_not_counted_t
 def trainer_on(processes, layout=None, average=True, rank=0):
     """A trainer as data_parallel_rule sees it: its arguments and its accelerator, whose gather hands back
     every process's count (the other ranks' made up here as rank + 1, rank + 2, ...)."""
-    import torch
     from types import SimpleNamespace
+
+    import torch
 
     def gather(count):
         return torch.cat([count + r for r in range(processes)])
 
     args = SimpleNamespace(average_tokens_across_devices=average, world_size=processes)
-    accelerator = SimpleNamespace(num_processes=processes, gather=gather,
-                                  parallelism_config=None if layout is None else ParallelismConfig(**layout))
+    accelerator = SimpleNamespace(
+        num_processes=processes,
+        gather=gather,
+        parallelism_config=None if layout is None else ParallelismConfig(**layout),
+    )
     return SimpleNamespace(args=args, accelerator=accelerator)
 
 

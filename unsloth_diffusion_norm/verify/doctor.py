@@ -54,38 +54,51 @@ def examine(self_check=True, model=None, settings=()):
     """Everything doctor reports, as a dict (what --json prints). `model`: a checkpoint directory whose
     architecture the self-check runs at a tiny size (`settings`: (key, value) for that copy's config);
     own_model.Refused, one line, when it cannot."""
-    from . import own_model, reproduce
     from ..activation import status
+    from . import own_model, reproduce
 
     report = {"versions": versions(), "device": device()}
     state = status()
-    report.update(mode=state.mode, shape=state.shape, reason=state.reason, defaults=state.defaults,
-                  patches=[name for name, _ in state.patches], displaced=list(state.displaced))
+    report.update(
+        mode=state.mode,
+        shape=state.shape,
+        reason=state.reason,
+        defaults=state.defaults,
+        patches=[name for name, _ in state.patches],
+        displaced=list(state.displaced),
+    )
     native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     release = f"Unsloth {state.unsloth_version or report['versions']['unsloth']}"
     if state.mode == UNSUPPORTED:
-        report["verdict"] = (f"{release} is not supported ({state.reason}); nothing was "
-                             f"patched and diffusion losses are Unsloth's own.")
+        report["verdict"] = (
+            f"{release} is not supported ({state.reason}); nothing was patched and diffusion losses are Unsloth's own."
+        )
         report["exit"] = NOT_SUPPORTED
         return report
     if state.mode == PATCHED:
-        verdict = (f"{release} normalizes per micro-batch; the plugin's fix is active, "
-                   f"so the loss is divided by the whole window's masked tokens.")
+        verdict = (
+            f"{release} normalizes per micro-batch; the plugin's fix is active, "
+            f"so the loss is divided by the whole window's masked tokens."
+        )
     elif state.mode == BROKEN:
         verdict = f"the plugin's {state.reason}; " + (
-            f"{release} normalizes by the window natively, so losses are right, but the plugin's flags are "
-            "unavailable." if native else
-            f"{release} normalizes per micro-batch, so runs with gradient accumulation are affected."
+            f"{release} normalizes by the window natively, so losses are right, but the plugin's flags are unavailable."
+            if native
+            else f"{release} normalizes per micro-batch, so runs with gradient accumulation are affected."
         )
     elif native:
         verdict = f"{release} normalizes by the window natively; nothing needs fixing."
     else:
-        verdict = (f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
-                   f"runs with gradient accumulation are affected.")
+        verdict = (
+            f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
+            f"runs with gradient accumulation are affected."
+        )
     fixed = state.mode == PATCHED or (native and state.mode != BROKEN)
     if state.displaced:
-        verdict += (f" But {len(state.displaced)} of the plugin's patches were replaced by something else "
-                    f"after they were applied ({', '.join(state.displaced)}): the fix is not whole.")
+        verdict += (
+            f" But {len(state.displaced)} of the plugin's patches were replaced by something else "
+            f"after they were applied ({', '.join(state.displaced)}): the fix is not whole."
+        )
         fixed = False
     report["verdict"] = verdict
     if self_check:
@@ -97,8 +110,11 @@ def examine(self_check=True, model=None, settings=()):
         try:
             verdict = reproduce.measure(seed=0, model=subject)  # this stack as it is: patched, native or unfixed
         except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
-            report["self_check"] = {"passed": False, "error": f"{type(error).__name__}: {error}",
-                                    "seconds": round(time.perf_counter() - started, 2)}
+            report["self_check"] = {
+                "passed": False,
+                "error": f"{type(error).__name__}: {error}",
+                "seconds": round(time.perf_counter() - started, 2),
+            }
             report["exit"] = AFFECTED
             return report
         report["self_check"] = {
@@ -122,14 +138,22 @@ def unusable(message, code):
     prints then, with the one line the command line shows on stderr."""
     from ..activation import status
 
-    return {"versions": versions(), "device": None, "mode": status().mode, "verdict": message,
-            "error": message, "exit": code}
+    return {
+        "versions": versions(),
+        "device": None,
+        "mode": status().mode,
+        "verdict": message,
+        "error": message,
+        "exit": code,
+    }
 
 
 def render(report):
-    lines = ["Installed: " + ", ".join(f"{k} {v or '—'}" for k, v in report["versions"].items()),
-             f"Device: {report['device']}",
-             f"Plugin: mode={report['mode']}" + (f", shape {report['shape']}" if report.get("shape") else "")]
+    lines = [
+        "Installed: " + ", ".join(f"{k} {v or '—'}" for k, v in report["versions"].items()),
+        f"Device: {report['device']}",
+        f"Plugin: mode={report['mode']}" + (f", shape {report['shape']}" if report.get("shape") else ""),
+    ]
     if report.get("reason"):
         lines.append(f"  reason: {report['reason']}")
     if report.get("defaults"):
@@ -141,8 +165,10 @@ def render(report):
     subject = "tiny model"
     if model:
         shrunk = ", ".join(f"{key} {full}→{tiny}" for key, (full, tiny) in model["changes"].items())
-        lines.append(f"Model: {model['dir']}: {model['class']} (model_type {model['model_type']}, Unsloth profile "
-                     f"{model['profile']}) from its own code, at a tiny size with random weights: {shrunk}")
+        lines.append(
+            f"Model: {model['dir']}: {model['class']} (model_type {model['model_type']}, Unsloth profile "
+            f"{model['profile']}) from its own code, at a tiny size with random weights: {shrunk}"
+        )
         subject = f"tiny random {model['class']}"
     if check and "error" in check:
         lines.append(f"Self-check: FAIL - it could not run: {check['error']}")

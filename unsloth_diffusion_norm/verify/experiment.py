@@ -79,9 +79,7 @@ def _recorder(run, gathered):
 
         def on_step_end(self, args, state, control, model=None, **kw):
             with gathered(model):
-                run.windows[-1].params_after = {
-                    n: whole(p) for n, p in model.named_parameters() if p.requires_grad
-                }
+                run.windows[-1].params_after = {n: whole(p) for n, p in model.named_parameters() if p.requires_grad}
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs and run.windows:
@@ -216,10 +214,6 @@ def build(
     return run
 
 
-
-
-
-
 def evaluate(trainer, seed=1234):
     """trainer.evaluate() from a fixed RNG state; returns (eval_loss, [(rng state, clean inputs)] of each
     evaluation step, seen through a pass-through view of prediction_step)."""
@@ -237,8 +231,6 @@ def evaluate(trainer, seed=1234):
     finally:
         del trainer.prediction_step
     return loss, seen
-
-
 
 
 def train_per_micro_batch(examples, **kwargs):
@@ -287,9 +279,3 @@ def train_and_resume(examples, at, workdir=None, **kwargs):
     checkpoint = os.path.join(full_dir, f"checkpoint-{at}")
     resumed = train(examples, output_dir=resumed_dir, resume_from_checkpoint=checkpoint, **kwargs)
     return Resumed(full, resumed, at)
-
-
-
-
-
-

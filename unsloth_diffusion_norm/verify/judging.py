@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from . import oracle
 from .fixtures import EOS_ID, EPS, LEARNING_RATE, MASK_ID
 
+
 @dataclass
 class Verdict:
     """One window judged by the oracle. Errors are absolute; `worst` is the largest error/tolerance."""
@@ -23,8 +24,19 @@ class Verdict:
         return self.worst <= 1.0
 
 
-def judge(run, record, eps=EPS, inverse_t=True, learning_rate=LEARNING_RATE, ranks=None, rank_local=False,
-          max_grad_norm=0.0, precision="fp32", eos_id=EOS_ID, mask_id=MASK_ID):
+def judge(
+    run,
+    record,
+    eps=EPS,
+    inverse_t=True,
+    learning_rate=LEARNING_RATE,
+    ranks=None,
+    rank_local=False,
+    max_grad_norm=0.0,
+    precision="fp32",
+    eos_id=EOS_ID,
+    mask_id=MASK_ID,
+):
     """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
     `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses).
     `max_grad_norm`: the run clips, so the reference gradient is clipped the way torch clips.
@@ -87,4 +99,3 @@ def masks_by_sample(windows):
 def noise_levels(batches, rng_state, eps=EPS):
     """p_mask of every row of every micro-batch of a window: the noise level each example got."""
     return [masks.p_mask[:, 0].tolist() for masks in realized(batches, rng_state, eps)]
-

@@ -26,12 +26,22 @@ INTERMEDIATE = ("intermediate_size", "mlp_hidden_size", "ffn_hidden_size", "n_in
 EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
 EXPERTS_PER_TOKEN = ("num_experts_per_tok", "moe_topk")
 EXPERT_INTERMEDIATE = ("moe_intermediate_size", "shared_expert_intermediate_size")
-TINY = {LAYERS: 2, HIDDEN: 64, HEADS: 4, HEAD_DIM: 16, INTERMEDIATE: 128, EXPERTS: 4, EXPERTS_PER_TOKEN: 2,
-        EXPERT_INTERMEDIATE: 64}
+TINY = {
+    LAYERS: 2,
+    HIDDEN: 64,
+    HEADS: 4,
+    HEAD_DIM: 16,
+    INTERMEDIATE: 128,
+    EXPERTS: 4,
+    EXPERTS_PER_TOKEN: 2,
+    EXPERT_INTERMEDIATE: 64,
+}
 VOCABULARY = ("vocab_size", "embedding_size", "padded_vocab_size")  # kept: the token ids stay valid
 # What a checkpoint directory holds besides weights that loading the copy needs (config.json is rewritten).
-KEPT_FILES = re.compile(r"(.*\.py|generation_config\.json|tokenizer.*|special_tokens_map\.json|added_tokens\.json"
-                        r"|vocab\..*|merges\.txt|.*\.tiktoken|chat_template\..*)")
+KEPT_FILES = re.compile(
+    r"(.*\.py|generation_config\.json|tokenizer.*|special_tokens_map\.json|added_tokens\.json"
+    r"|vocab\..*|merges\.txt|.*\.tiktoken|chat_template\..*)"
+)
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 SEED = 0  # of the copy's random weights
 
@@ -56,9 +66,16 @@ class OwnModel:
     seconds: float = 0.0  # to write the copy
 
     def describe(self):
-        return {"dir": self.source, "model_type": self.model_type, "class": self.model_class,
-                "profile": self.profile, "changes": self.changes, "eos_token_id": self.eos_id,
-                "mask_token_id": self.mask_id, "build_seconds": self.seconds}
+        return {
+            "dir": self.source,
+            "model_type": self.model_type,
+            "class": self.model_class,
+            "profile": self.profile,
+            "changes": self.changes,
+            "eos_token_id": self.eos_id,
+            "mask_token_id": self.mask_id,
+            "build_seconds": self.seconds,
+        }
 
 
 def parse_setting(text):
@@ -77,9 +94,11 @@ def read(source):
     """config.json of a checkpoint directory with its own code; Refused if it is not one. Reads nothing else."""
     if not os.path.isdir(source):
         if not os.path.exists(source) and HUB_ID.fullmatch(source):
-            raise Refused(f"{source!r} is not a local directory (a Hub id?); this command never downloads: "
-                          f"download the checkpoint first (its weights are not needed), e.g. "
-                          f"`hf download {source} --local-dir DIR --exclude '*.safetensors' '*.bin'`")
+            raise Refused(
+                f"{source!r} is not a local directory (a Hub id?); this command never downloads: "
+                f"download the checkpoint first (its weights are not needed), e.g. "
+                f"`hf download {source} --local-dir DIR --exclude '*.safetensors' '*.bin'`"
+            )
         raise Refused(f"{source!r} is not a directory" if os.path.exists(source) else f"no directory {source!r}")
     path = os.path.join(source, "config.json")
     if not os.path.isfile(path):
@@ -93,12 +112,16 @@ def read(source):
         raise Refused(f"{path!r} is not a JSON object")
     auto_map = config.get("auto_map")
     if not isinstance(auto_map, dict) or not auto_map:
-        raise Refused(f"{source!r} has no remote code (config.json has no auto_map); the self-check builds the "
-                      f"model from the checkpoint's own modeling code")
+        raise Refused(
+            f"{source!r} has no remote code (config.json has no auto_map); the self-check builds the "
+            f"model from the checkpoint's own modeling code"
+        )
     for reference in _code_references(auto_map):
         if "--" in reference:
-            raise Refused(f"config.json's auto_map takes code from another repository ({reference!r}); "
-                          f"this command never downloads: put that code into {source!r}")
+            raise Refused(
+                f"config.json's auto_map takes code from another repository ({reference!r}); "
+                f"this command never downloads: put that code into {source!r}"
+            )
         module = reference.rsplit(".", 1)[0].replace(".", os.sep) + ".py"
         if not os.path.isfile(os.path.join(source, module)):
             raise Refused(f"config.json's auto_map names {reference!r}, but {module} is not in {source!r}")
@@ -173,15 +196,27 @@ def prepare(source, settings=(), workdir=None):
     config, profile, auto = _resolve(source, checkpoint)
     eos_id, mask_id, examples = _token_ids(source, checkpoint, tiny)
     model_class = _write_weights(source, checkpoint, config, auto, changes)
-    return OwnModel(source, checkpoint, config.model_type, model_class, profile.name, changes, eos_id, mask_id,
-                    examples, round(time.perf_counter() - started, 2))
+    return OwnModel(
+        source,
+        checkpoint,
+        config.model_type,
+        model_class,
+        profile.name,
+        changes,
+        eos_id,
+        mask_id,
+        examples,
+        round(time.perf_counter() - started, 2),
+    )
 
 
 def _cannot_build(source, changes, error):
     shrunk = ", ".join(f"{k} {a}→{b}" for k, (a, b) in changes.items() if isinstance(b, (int, float)))
     detail = " ".join(str(error).split())[:300]
-    return Refused(f"the tiny copy of {source!r} does not build: {type(error).__name__}: {detail} "
-                   f"(shrunk: {shrunk}; adjust with --set key=value)")
+    return Refused(
+        f"the tiny copy of {source!r} does not build: {type(error).__name__}: {detail} "
+        f"(shrunk: {shrunk}; adjust with --set key=value)"
+    )
 
 
 def _resolve(source, checkpoint):
@@ -198,11 +233,12 @@ def _resolve(source, checkpoint):
     profile = resolve_diffusion_profile(config)
     described = f"model_type {config.model_type!r} (architectures {getattr(config, 'architectures', None)})"
     if profile is None:
-        raise Refused(f"Unsloth {unsloth_version()} has no masked-diffusion profile for {described} "
-                      f"in {source!r}")
+        raise Refused(f"Unsloth {unsloth_version()} has no masked-diffusion profile for {described} in {source!r}")
     if profile.name != NEMOTRON:
-        raise Refused(f"Unsloth resolves {described} to its {profile.name!r} profile; the self-check's oracle "
-                      f"is the {NEMOTRON} objective, the only one this plugin changes")
+        raise Refused(
+            f"Unsloth resolves {described} to its {profile.name!r} profile; the self-check's oracle "
+            f"is the {NEMOTRON} objective, the only one this plugin changes"
+        )
     auto_map = getattr(config, "auto_map", None) or {}
     # The class Unsloth's profile loads: its own auto class first (AutoModel for Nemotron), as it picks it.
     names = (getattr(profile, "auto_class", None), "AutoModelForCausalLM", "AutoModel")
@@ -240,9 +276,13 @@ def _token_ids(source, checkpoint, config):
     try:
         tokenizer = AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True, local_files_only=True)
     except Exception as error:  # noqa: BLE001
-        raise Refused(f"the tokenizer in {source!r} does not load: {type(error).__name__}: "
-                      f"{' '.join(str(error).split())[:300]}") from None
-    first = lambda value: value[0] if isinstance(value, (list, tuple)) and value else value
+        raise Refused(
+            f"the tokenizer in {source!r} does not load: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        ) from None
+
+    def first(value):
+        return value[0] if isinstance(value, (list, tuple)) and value else value
+
     mask_id = first(config.get("mask_token_id"))
     if mask_id is None:
         mask_id = tokenizer.mask_token_id
@@ -252,8 +292,7 @@ def _token_ids(source, checkpoint, config):
     vocabulary = min((config[k] for k in VOCABULARY if isinstance(config.get(k), int)), default=None)
     for what, key, value in (("[MASK] token id", "mask_token_id", mask_id), ("EOS token id", "eos_token_id", eos_id)):
         if not isinstance(value, int):
-            raise Refused(f"no {what} in {source!r} (config.json {key}, or the tokenizer); "
-                          f"give it with --set {key}=N")
+            raise Refused(f"no {what} in {source!r} (config.json {key}, or the tokenizer); give it with --set {key}=N")
     if vocabulary is None:
         raise Refused(f"no vocabulary size in {source!r}'s config.json; give it with --set vocab_size=N")
     for role, value in (("mask_token_id", mask_id), ("eos_token_id", eos_id)):

@@ -1,9 +1,9 @@
 """The before / after / reference table: one optimizer step (batch 1, accumulation 2, two answers of
 equal length whose realized mask counts differ) on the tiny model, CPU, a few seconds after imports."""
 
-from . import experiment, fixtures, judging, oracle
 from ..activation import apply, status, unpatched
 from ..registry import NATIVE, PATCHED
+from . import experiment, fixtures, judging, oracle
 
 EXAMPLES = [fixtures.Example([10, 11, 12], fixtures.LONG), fixtures.Example([13, 14, 15], fixtures.LONG)]
 
@@ -37,7 +37,10 @@ def render(columns, model=None):
     judged = [v for v in columns.values() if v is not None]
     reference = judged[0]
     names = list(columns) + ["reference"]
-    cell = lambda value, fmt: "—" if value is None else format(value, fmt)
+
+    def cell(value, fmt):
+        return "—" if value is None else format(value, fmt)
+
     rows = [
         ("loss", [cell(v and v.logged_loss, ".6f") for v in columns.values()] + [f"{reference.reference_loss:.6f}"]),
         ("max abs grad error", [cell(v and v.grad_error, ".2e") for v in columns.values()] + ["0"]),
@@ -49,8 +52,14 @@ def render(columns, model=None):
     lines = [
         f"Unsloth {status().unsloth_version}; realized masked tokens per micro-batch: {reference.counts} "
         f"(window total {sum(reference.counts)}); {oracle.describe_tolerance()}",
-        *([f"Model: a tiny random {model.model_class} from {model.source}'s own code "
-           f"({', '.join(f'{k} {a}→{b}' for k, (a, b) in model.changes.items())})"] if model else []),
+        *(
+            [
+                f"Model: a tiny random {model.model_class} from {model.source}'s own code "
+                f"({', '.join(f'{k} {a}→{b}' for k, (a, b) in model.changes.items())})"
+            ]
+            if model
+            else []
+        ),
         "",
         "| " + " | ".join([" " * width] + [f"{n:>15}" for n in names]) + " |",
         "|" + "|".join(["-" * (width + 2)] + ["-" * 17 for _ in names]) + "|",

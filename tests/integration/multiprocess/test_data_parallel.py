@@ -96,8 +96,10 @@ def test_per_sample_noise_is_the_same_in_every_layout(results):
     for row in ranks_of(results, "per-sample-noise"):
         launched.update({int(key): value for key, value in row["sample_masks"].items()})
     layouts = {"2 ranks x GA 2": launched}
-    for name, shape in {"1 rank x GA 4": dict(gradient_accumulation_steps=4), "1 rank x batch 4": dict(
-            gradient_accumulation_steps=1, batch_size=4)}.items():
+    for name, shape in {
+        "1 rank x GA 4": dict(gradient_accumulation_steps=4),
+        "1 rank x batch 4": dict(gradient_accumulation_steps=1, batch_size=4),
+    }.items():
         run = experiment.train(case.examples(), seed=case.seed, diffusion_noise="per_sample", **shape)
         assert all(judging.judge(run, window).ok for window in run.windows), name
         found = judging.masks_by_sample([(w.batches, w.rng_state) for w in run.windows])
@@ -118,4 +120,3 @@ def test_noise_levels_per_rank_identical_with_global_noise_distinct_with_per_sam
 
 def test_per_sample_resume_is_bitwise_on_every_rank_in_every_mode(results):
     assert all(row["resume_difference"] == 0.0 for row in ranks_of(results, "per-sample-resume"))
-

@@ -11,14 +11,15 @@ from unsloth_diffusion_norm.verify.sharded import CASES, ENGINES
 pytestmark = [pytest.mark.multiprocess, pytest.mark.sharded]
 
 
-
 @pytest.fixture(scope="module", params=list(ENGINES))
 def engine(request):
     """(engine name, {(case, rank): result}): one launch per engine, shared by its tests."""
     name = request.param
     if ENGINES[name].uses_deepspeed and not sharded.deepspeed_available():
-        pytest.skip(f"{name}: DeepSpeed is not installed (the 'sharded' extra: "
-                    f"pip install --no-build-isolation -r requirements-sharded.txt)")
+        pytest.skip(
+            f"{name}: DeepSpeed is not installed (the 'sharded' extra: "
+            f"pip install --no-build-isolation -r requirements-sharded.txt)"
+        )
     found = sharded.launch(name)
     print("\n" + sharded.render(found))
     return name, {(r["case"], r["rank"]): r for r in found}
@@ -83,4 +84,3 @@ def test_resume_from_a_sharded_checkpoint_is_bitwise_the_uninterrupted_run(engin
     for row in ranks_of(engine, "resume-mid-epoch"):
         assert shard in row["checkpoint"], row["checkpoint"]
         assert row["resume_difference"] == 0.0
-

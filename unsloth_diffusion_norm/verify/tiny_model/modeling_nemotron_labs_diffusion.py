@@ -41,7 +41,10 @@ class Attention(nn.Module):
 
     def forward(self, x, attention_bias):
         batch, length, _ = x.shape
-        split = lambda t: t.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+
+        def split(t):
+            return t.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         if attention_bias is not None:
@@ -109,9 +112,7 @@ class NemotronLabsDiffusionBackbone(NemotronLabsDiffusionPreTrainedModel):
         bias = None
         if attention_mask is not None:
             keep = attention_mask[:, None, None, :].bool()
-            bias = torch.zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(
-                ~keep, torch.finfo(x.dtype).min
-            )
+            bias = torch.zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(~keep, torch.finfo(x.dtype).min)
         for layer in self.layers:
             x = layer(x, bias)
         return self.norm(x)
