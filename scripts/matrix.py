@@ -159,25 +159,23 @@ def build(leg, where, log):
         return False
     # --compile-bytecode: as pip does; without it every fresh process compiles transformers and Unsloth again
     # where PYTHONDONTWRITEBYTECODE is set.
-    uv = [
-        os.path.join(os.path.dirname(sys.executable), "uv"),
-        "pip",
-        "--quiet",
-        "--python",
-        os.path.join(where, "bin", "python"),
-    ]
+    binary, python = os.path.join(os.path.dirname(sys.executable), "uv"), os.path.join(where, "bin", "python")
+
+    def uv(command, *args):  # the options go after the subcommand
+        return [binary, "pip", command, "--quiet", "--python", python, *args]
+
     constraints = ["-c", os.path.join(ROOT, "constraints.txt")]
     steps = [
         [sys.executable, "-m", "venv", "--without-pip", where],
-        uv + ["install", "--compile-bytecode", wheel],
-        uv + ["install", "--compile-bytecode", *constraints, *pins],
+        uv("install", "--compile-bytecode", wheel),
+        uv("install", "--compile-bytecode", *constraints, *pins),
         # unsloth pulls torchvision, which cannot load beside the CPU torch and breaks `import unsloth`.
-        uv + ["uninstall", "torchvision"],
+        uv("uninstall", "torchvision"),
         # --no-deps: the 2026.10.3 leg installs the plugin beside a release it does not support.
-        uv + ["install", "--no-deps", "-e", ROOT],
+        uv("install", "--no-deps", "-e", ROOT),
     ]
     if leg.sharded:  # DeepSpeed builds against the torch just installed: no build isolation
-        steps.append(uv + ["install", "--compile-bytecode", "--no-build-isolation", *constraints, "-r", sharded])
+        steps.append(uv("install", "--compile-bytecode", "--no-build-isolation", *constraints, "-r", sharded))
     for step in steps:
         if run(step, log) != 0:
             return False
