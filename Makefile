@@ -31,10 +31,11 @@ $(VENV)/.installed: pyproject.toml requirements-tools.txt requirements-dev.txt r
 reproduce: setup
 	$(RUN) $(BIN)/unsloth-diffusion-norm reproduce
 
-# Two workers, whole files each (module fixtures such as a launch of ranks run once): most of the suite's time
+# Two workers, whole files each (module fixtures such as a launch of ranks run once), the longest files first
+# (tests/conftest.py): most of the suite's time
 # is single-threaded (process start-up, `import unsloth`), so the second core halves it.
 WORKERS ?= 2
-TEST := $(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile
+TEST := $(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: setup
 	$(TEST)
