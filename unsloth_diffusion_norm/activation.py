@@ -215,7 +215,12 @@ def apply():
     return status()
 
 
-REASONS = {registry.NATIVE: "this release normalizes by the window natively; its training path is left as it is"}
+REASONS = {
+    registry.NATIVE: (
+        "this release normalizes by the window natively; its own noise is drawn while a window is fetched, "
+        "before a resumed run's RNG is restored, so the plugin draws it at the window's first step instead"
+    )
+}
 
 
 def unpatch():
@@ -252,17 +257,20 @@ class unpatched:
 DEFAULTS = {
     registry.PATCHED: (
         "diffusion_loss_normalization=None: each profile's own (Nemotron: window); diffusion_noise=None: "
-        "'global', the release's own draws made at the window's first training step (resume-exact); "
-        "opt-ins per run: 'microbatch', 'window' for Dream / LLaDA, diffusion_noise='per_sample'"
+        "'global', the release's own draws made at the window's first training step (resume-exact), or "
+        "'per_sample' where the model config sets dp_varying_mask_ratio=True; opt-ins per run: 'microbatch', "
+        "'window' for Dream / LLaDA, diffusion_noise='per_sample'"
     ),
     registry.DISABLED: (
         "the release's own training path; the DiffusionConfig flags are accepted, and a trainer whose flag "
         "is set is refused at construction"
     ),
     registry.NATIVE: (
-        "Unsloth's own training path (window-normalized natively; noise drawn while a window is fetched, "
-        "so a resumed run differs); opt-ins per run: diffusion_noise='global' (resume-exact) or "
-        "'per_sample', diffusion_loss_normalization='microbatch' or 'window'"
+        "Unsloth's own loss (window-normalized natively); diffusion_noise=None: 'global', Unsloth's own draws "
+        "made at the window's first training step, so a resumed run is exact and an uninterrupted one is bitwise "
+        "Unsloth's, or 'per_sample' where the model config sets dp_varying_mask_ratio=True; Unsloth's own "
+        "draws (a resumed run differs): UNSLOTH_DIFFUSION_NORM=0; opt-ins per run: diffusion_noise='per_sample', "
+        "diffusion_loss_normalization='microbatch' or 'window'"
     ),
 }
 

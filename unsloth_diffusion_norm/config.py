@@ -21,9 +21,12 @@ NOISE_HELP = (
     "'global': the release's own draws from the global RNG, drawn when the window is first trained on "
     "(after a resumed run restored its RNG); 'per_sample': each example's noise from a generator keyed "
     "by (seed, epoch, its position in the global data order) - independent of the data-parallel layout "
-    "and different on every rank; None: the release's default ('global' where the plugin patches, "
-    "Unsloth's own path where the release is natively fixed)."
+    "and different on every rank; None (the default): 'per_sample' where the model's config sets NVIDIA's "
+    "dp_varying_mask_ratio=True, else 'global', on every supported release."
 )
+# NVIDIA's model-config switch (default False): its forward_process varies the masks per data-parallel rank.
+# Unsloth's profiles draw their own noise and never read it; with diffusion_noise=None it asks for per-sample.
+DP_VARYING = "dp_varying_mask_ratio"
 FIELDS = {FIELD: (CHOICES, HELP), NOISE_FIELD: (NOISE_CHOICES, NOISE_HELP)}
 
 
@@ -41,6 +44,15 @@ def effective(profile, args):
     if value is not None:
         return value
     return WINDOW if getattr(profile, "loss_normalization", None) == GLOBAL_MASKED_TOKENS else MICROBATCH
+
+
+def effective_noise(args, model_config):
+    """'global' or 'per_sample' for this run: the flag when set; else per-sample where the model's config
+    asks NVIDIA's forward process to vary the masks per rank; else the resume-exact global draws."""
+    value = getattr(args, NOISE_FIELD, None)
+    if value is not None:
+        return value
+    return PER_SAMPLE if getattr(model_config, DP_VARYING, False) is True else GLOBAL
 
 
 def native_normalization(profile, args):

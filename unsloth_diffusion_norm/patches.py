@@ -18,7 +18,7 @@ import functools
 import wrapt
 
 from . import config, detect, loss, noise, per_sample, registry
-from .registry import Patch
+from .registry import Patch, logger
 from .window import SLOT, Window, data_parallel_rule, fetch
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
@@ -48,6 +48,53 @@ def wrap(function, release):
 class _ConfigFields:
     diffusion_loss_normalization: str | None = dataclasses.field(default=None, metadata={"help": config.HELP})
     diffusion_noise: str | None = dataclasses.field(default=None, metadata={"help": config.NOISE_HELP})
+
+
+# trainer.__dict__ key: the run's noise, 'global' or 'per_sample', settled once at construction.
+NOISE = "_diffusion_norm_noise"
+
+
+def noise_of(trainer):
+    return trainer.__dict__.get(NOISE) or getattr(trainer.args, config.NOISE_FIELD, None)
+
+
+def _model_config(model):
+    for candidate in (model, getattr(model, "base_model", None), getattr(model, "module", None)):
+        found = getattr(candidate, "config", None)
+        if found is not None:
+            return found
+    return None
+
+
+def _settle_noise(trainer):
+    """The run's noise (config.effective_noise), kept on the trainer: the flag, NVIDIA's model-config switch,
+    or the resume-exact global draws."""
+    mode = trainer.__dict__[NOISE] = config.effective_noise(trainer.args, _model_config(trainer.model))
+    return mode
+
+
+def noise_note(args, mode):
+    """The one line a trainer's construction logs about its noise (rank 0), or None."""
+    if mode == config.PER_SAMPLE and getattr(args, config.NOISE_FIELD, None) is None:
+        return (
+            f"unsloth_diffusion_norm: the model's config sets {config.DP_VARYING}=True, so every example draws "
+            f"its own noise ({config.NOISE_FIELD}='per_sample'); {config.NOISE_FIELD}='global' keeps the "
+            "global RNG's draws."
+        )
+    if mode == config.GLOBAL and args.world_size > 1:
+        return (
+            f"unsloth_diffusion_norm: the noise comes from the global RNG, seeded alike on all {args.world_size} "
+            f"data-parallel ranks, so every rank draws the same noise levels; {config.NOISE_FIELD}='per_sample' "
+            "gives each example its own."
+        )
+    return None
+
+
+def _say_noise(trainer, mode):
+    # Once per trainer, on the main process only: nothing per step, nothing on the other ranks.
+    note = noise_note(trainer.args, mode)
+    if note is not None and trainer.args.process_index == 0:
+        logger.warning(note)
 
 
 def uses_window(trainer):
@@ -92,7 +139,7 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
         return epoch_iterator, num_batches, device
 
     epoch_iterator, num_batches, device = bind(*pos, **kwargs)
-    if getattr(trainer.args, config.NOISE_FIELD, None) == config.PER_SAMPLE:
+    if noise_of(trainer) == config.PER_SAMPLE:
         epoch_iterator = per_sample.data_order(trainer).tag(trainer.args, epoch_iterator)
     if not uses_window(trainer):
         # Trainer's own, looked up now: Unsloth may have rewritten it since this patch was applied.
@@ -122,18 +169,27 @@ ACCEPTS_LOSS_KWARGS = property(_accepts_loss_kwargs, _set_accepts_loss_kwargs)
 def _patched_trainer_init(release, wrapped, trainer, pos, kwargs):
     wrapped(*pos, **kwargs)
     _check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
-    if getattr(trainer.args, config.NOISE_FIELD, None) == config.PER_SAMPLE:
+    if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
+        return
+    mode = _settle_noise(trainer)
+    if mode == config.PER_SAMPLE:
         profile = trainer.diffusion_profile
         if config.effective(profile, trainer.args) == config.MICROBATCH and profile.loss_normalization not in (
             config.MASKED_TOKENS,
             config.GLOBAL_MASKED_TOKENS,
         ):
+            asked = (
+                f"{config.NOISE_FIELD}='per_sample'"
+                if getattr(trainer.args, config.NOISE_FIELD, None)
+                else f"the model config's {config.DP_VARYING}=True (per-sample noise)"
+            )
             raise ValueError(
-                f"unsloth_diffusion_norm: {config.NOISE_FIELD}='per_sample' with {profile.name!r}'s own "
+                f"unsloth_diffusion_norm: {asked} with {profile.name!r}'s own "
                 f"{profile.loss_normalization!r} normalization is not available on this release; "
-                f"set {config.FIELD}='window' or leave {config.NOISE_FIELD} at None."
+                f"set {config.FIELD}='window' or {config.NOISE_FIELD}='global'."
             )
         per_sample.data_order(trainer)  # registered now, to see the first epoch begin
+    _say_noise(trainer, mode)
 
 
 def patched_release(release):
@@ -292,33 +348,40 @@ def _native_trainer_init(release, wrapped, trainer, pos, kwargs):
     _check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return  # _check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
-    if any(getattr(trainer.args, field, None) is not None for field in config.FIELDS):
-        registry.apply_to_trainer(trainer, trainer_patches(release, trainer))
-    # else the defaults: Unsloth's own trainer, untouched
+    mode = _settle_noise(trainer)
+    patches = trainer_patches(release, trainer, mode)
+    if patches:
+        registry.apply_to_trainer(trainer, patches)
+    _say_noise(trainer, mode)
 
 
 def native_release(release):
-    """Unsloth 2026.10.7+: the fix is upstream. Only the flags are added; a trainer whose flag asks for
-    something gets per-trainer patches (`trainer_patches`), and with the flags at their defaults nothing
-    at all changes."""
+    """Unsloth 2026.10.7+: the fix is upstream. The flags are added, and each trainer gets per-trainer
+    patches (`trainer_patches`) for what its run needs: by default the resume-exact draws (upstream's own,
+    made at the window's first step; bitwise upstream's in an uninterrupted run), or what a flag asks for."""
     return [
         Patch(
             "DiffusionTrainer.__init__",
             release.trainer_module.DiffusionTrainer,
             "__init__",
             wrap(_native_trainer_init, release),
-            "honours the per-run flags on that trainer alone (per-trainer patches: a profile copy with "
-            "upstream's loss_normalization; its own noise methods for diffusion_noise)",
+            "sets up each trainer's run on that trainer alone (per-trainer patches: by default the resume-exact "
+            "draws of Unsloth's own noise; a profile copy with upstream's loss_normalization for the flag)",
         ),
         *config_patches(release),
     ]
 
 
-def trainer_patches(release, trainer):
-    """What this trainer's flags ask for on a native release, as patches owned by the trainer and by its
-    own copy of the profile (made here, installed by the first patch); Unsloth's classes are not touched."""
+def trainer_patches(release, trainer, noise_mode):
+    """What this trainer's run needs on a native release, as patches owned by the trainer and by its own
+    copy of the profile (made here, installed by the first patch); Unsloth's classes are not touched.
+    None when the release's own path is already right: a per-micro-batch profile at its own settings
+    draws in compute_loss, after a resumed run's RNG is restored."""
     args = trainer.args
     wanted = config.native_normalization(trainer.diffusion_profile, args)
+    deferred = noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS
+    if getattr(args, config.FIELD, None) is None and not deferred and noise_mode != config.PER_SAMPLE:
+        return []
     profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=wanted)
     patches = [
         Patch(
@@ -337,9 +400,7 @@ def trainer_patches(release, trainer):
             "upstream's own rule, for the profile copy",
         ),
     ]
-    noise_mode = getattr(args, config.NOISE_FIELD, None)
-    if noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS:
-        # (a per-micro-batch loss draws in compute_loss already, after any restore)
+    if deferred:  # (a per-micro-batch loss draws in compute_loss already, after any restore)
         patches += _draw_at_first_step(trainer, profile)
     if noise_mode == config.PER_SAMPLE:
         patches += _per_sample_noise(release, trainer, profile)
@@ -384,7 +445,7 @@ def _per_sample_noise(release, trainer, profile):
 
 
 def _draw_at_first_step(trainer, profile):
-    """diffusion_noise="global": Unsloth's own draws (its prepare_batch, in micro-batch order), made when
+    """diffusion_noise="global" (the default): Unsloth's own draws (its prepare_batch, in micro-batch order), made when
     the window is first trained on instead of while it is fetched - after Trainer has restored a resumed
     run's RNG. Upstream's loss and count arithmetic stay."""
     # Upstream's compute_loss scales the loss by all processes itself: count the way upstream counts.

@@ -17,6 +17,12 @@ from ..registry import BROKEN, DISABLED, NATIVE, PATCHED, UNPATCHED, UNSUPPORTED
 
 PACKAGES = ("unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch")
 FIXED, AFFECTED, NOT_SUPPORTED = 0, 1, 2
+# What a natively fixed release (2026.10.7+) still gets wrong on its own.
+NATIVE_GAPS = (
+    "it draws each window's noise while fetching it, before a resumed run restores the RNG, so a resumed run "
+    "trains on other masks than the uninterrupted one; and every data-parallel rank, seeded alike, draws the "
+    "same noise levels"
+)
 
 
 def versions():
@@ -86,8 +92,18 @@ def examine(self_check=True, model=None, settings=()):
             if native
             else f"{release} normalizes per micro-batch, so runs with gradient accumulation are affected."
         )
+    elif native and state.mode == NATIVE:
+        verdict = (
+            f"{release} normalizes by the window natively, but {NATIVE_GAPS}; the plugin draws Unsloth's own noise "
+            "at each window's first step by default, so a resumed run is exact (an uninterrupted one is bitwise "
+            "Unsloth's), and diffusion_noise='per_sample' (or the model config's dp_varying_mask_ratio=True) "
+            "gives each example its own."
+        )
     elif native:
-        verdict = f"{release} normalizes by the window natively; nothing needs fixing."
+        verdict = (
+            f"{release} normalizes by the window natively, but {NATIVE_GAPS}; the plugin is {state.mode}, so "
+            "nothing fixes either."
+        )
     else:
         verdict = (
             f"{release} normalizes per micro-batch and the plugin is {state.mode}: "

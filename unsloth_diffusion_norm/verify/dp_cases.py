@@ -24,6 +24,7 @@ class Case:
     resume_at: int = None
     diffusion_noise: str = None  # the per-run noise flag
     lora: str = None  # fixtures.load_model's LoRA variant
+    model_config: dict = None  # fields the tiny checkpoint's config gets (e.g. NVIDIA's dp_varying_mask_ratio)
     seed: int = 3  # realized counts differ between micro-batches and between ranks
 
     def examples(self):
@@ -46,6 +47,10 @@ CASES = {
     "resume-mid-epoch": Case(2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2),
     "per-sample-noise": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], diffusion_noise="per_sample"),
     "per-sample-resume": Case(2, [answers(LONG, 8), answers(SHORT, 8, 14)], resume_at=2, diffusion_noise="per_sample"),
+    # NVIDIA's own switch in the model config: per-sample noise with diffusion_noise left at None.
+    "nvidia-dp-varying-mask-ratio": Case(
+        2, [answers(LONG, 2), answers(SHORT, 2, 14)], model_config={"dp_varying_mask_ratio": True}
+    ),
     "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
     "three-ranks-rank-local": Case(
         3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False

@@ -255,6 +255,21 @@ def per_micro_batch(settings):
     return unpatched(), settings
 
 
+def divergence(a, b):
+    """Largest |parameter difference| over every window of two runs of the same data (0.0: bitwise the same
+    run); inf when they differ in their windows or in a logged loss."""
+    if len(a.windows) != len(b.windows) or any(x.logged_loss != y.logged_loss for x, y in zip(a.windows, b.windows)):
+        return float("inf")
+    return max(
+        (
+            oracle.max_error(x.params_after[n], y.params_after[n])
+            for x, y in zip(a.windows, b.windows)
+            for n in x.params_after
+        ),
+        default=0.0,
+    )
+
+
 @dataclass
 class Resumed:
     """An uninterrupted run, and the same run resumed from its checkpoint at step `at`."""

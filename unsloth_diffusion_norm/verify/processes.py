@@ -110,11 +110,12 @@ def left_running():
 _STARTED = []  # the marker of every group started in this process
 
 
-def start(command, **popen):
+def start(command, marker=None, **popen):
     """Popen in a session of its own (a terminal's Ctrl-C reaches us, and we stop the group), marked so that
-    every descendant can be found. Returns (Popen, marker)."""
-    marker = uuid.uuid4().hex
-    _STARTED.append(marker)
+    every descendant can be found (`marker`: join a group already started). Returns (Popen, marker)."""
+    if marker is None:
+        marker = uuid.uuid4().hex
+        _STARTED.append(marker)
     env = {**(popen.pop("env", None) or os.environ), MARKER: marker}
     return subprocess.Popen(command, env=env, start_new_session=True, **popen), marker
 
@@ -135,26 +136,51 @@ def run(command, timeout, **popen):
     done when the command itself exits (a rank it left behind holding its output does not keep us waiting),
     and then the whole group is stopped, also on a timeout or Ctrl-C. A timeout raises TimeoutError with
     the tail of what the command printed."""
+    return run_together([command], timeout, **popen)
+
+
+def run_together(commands, timeout, **popen):
+    """`run` for commands that make one job side by side (the torchrun agents of several nodes), as one
+    group: done when every command has exited, or as soon as one fails (the others are stopped with it).
+    The return code is the first failure's, else 0; the output is every command's, in order."""
     import tempfile
 
-    what = " ".join(command)[:300]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child, marker = start(command, stdout=out, stderr=err, text=True, **popen)
+    what = " & ".join(" ".join(command) for command in commands)[:300]
+    with contextlib.ExitStack() as files:
+        outputs = [
+            (files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
+            for _ in commands
+        ]
+        children, marker = [], None
+
+        def stop_all():
+            return [pid for child in children for pid in stop(child, marker)]
+
         try:
-            child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            left = stop(child, marker)
-            stopped = f"processes {left} survived SIGKILL" if left else "every process it started is stopped"
-            raise TimeoutError(
-                f"{what} ran past {timeout} s; {stopped}. Its output ended:\n{_read(out)[-2000:]}\n{_read(err)[-4000:]}"
-            ) from None
+            for command, (out, err) in zip(commands, outputs):
+                child, marker = start(command, marker, stdout=out, stderr=err, text=True, **popen)
+                children.append(child)
+            deadline = time.monotonic() + timeout
+            while (codes := [child.poll() for child in children]).count(None) and not any(codes):
+                if time.monotonic() > deadline:
+                    left = stop_all()
+                    stopped = f"processes {left} survived SIGKILL" if left else "every process it started is stopped"
+                    printed = "\n".join(f"{_read(out)[-2000:]}\n{_read(err)[-4000:]}" for out, err in outputs)
+                    raise TimeoutError(f"{what} ran past {timeout} s; {stopped}. Its output ended:\n{printed}")
+                time.sleep(0.05)
         except BaseException:
-            stop(child, marker)
+            stop_all()
             raise
-        left = stop(child, marker)  # anything it left running
+        left = stop_all()  # anything they left running (and, after a failure, the others)
         if left:
             raise RuntimeError(f"{what}: processes {left} survived SIGKILL")
-        return subprocess.CompletedProcess(command, child.returncode, _read(out), _read(err))
+        code = next((code for code in codes if code), 0)
+        return subprocess.CompletedProcess(
+            commands if len(commands) > 1 else commands[0],
+            code,
+            "".join(_read(out) for out, _ in outputs),
+            "".join(_read(err) for _, err in outputs),
+        )
 
 
 def _read(file):

@@ -43,6 +43,11 @@ class RankResult:
     engine: str = None  # engines.ENGINES name; None: DDP
     engine_on: bool = None  # the engine really wraps and shards the model
     layout: str = None  # what it did, in words
+    # On a natively fixed release, for a case at the default settings: the largest |parameter difference|
+    # to the same run under Unsloth's own training path (unpatched()); 0.0 = bitwise Unsloth's own.
+    upstream_difference: float = None
+    notes: list = None  # what the plugin logged on this rank while the case's trainers were built and trained
+    local_rank: int = None  # LOCAL_RANK, as the launcher set it
     ok: bool = False
 
 
@@ -79,9 +84,12 @@ def run_case(name, case, engine=None):
         )
     if case.diffusion_noise is not None:
         settings["diffusion_noise"] = case.diffusion_noise
-    elif case.resume_at and unsloth_diffusion_norm.status().mode == NATIVE:
-        settings["diffusion_noise"] = "global"  # resume-exact draws are an opt-in on 2026.10.7+
-    resume_difference = checkpoint = None
+    if case.model_config:  # the tiny checkpoint with these config fields (each rank writes its own copy)
+        settings["checkpoint"] = fixtures.write_tiny_checkpoint(
+            tempfile.mkdtemp(prefix="udn-ckpt-"), **case.model_config
+        )
+    resume_difference = checkpoint = upstream = None
+    notes = Notes()
     try:
         if case.resume_at:
             # The launcher's working directory is shared by the ranks: the checkpoint goes there.
@@ -94,6 +102,17 @@ def run_case(name, case, engine=None):
             run = train(case.examples(), **settings)
     finally:
         counter.detach()
+        notes.detach()
+    if (
+        unsloth_diffusion_norm.status().mode == NATIVE
+        and case.patched
+        and not (case.diffusion_noise or case.model_config)
+    ):
+        # The plugin's default there must be bitwise Unsloth's own in an uninterrupted run.
+        settings.pop("before_train")
+        with unsloth_diffusion_norm.unpatched():
+            own = experiment.train(case.examples(), **settings)
+        upstream = experiment.divergence(runs.full if case.resume_at else run, own)
     trainer = run.trainer
     world, rank = dist.get_world_size(), dist.get_rank()
     assert world == case.ranks, f"{name}: launched with {world} ranks, the case needs {case.ranks}"
@@ -115,7 +134,7 @@ def run_case(name, case, engine=None):
         noise_levels=[judging.noise_levels(*window) for window in seen[rank]],
         sample_masks=(
             {str(k): v for k, v in judging.masks_by_sample(seen[rank]).items()}
-            if case.diffusion_noise == "per_sample"
+            if any(batch.get("keys") is not None for window in run.windows for batch in window.batches)
             else None
         ),
         logged_loss=[w.logged_loss for w in run.windows],
@@ -127,6 +146,9 @@ def run_case(name, case, engine=None):
         model_wrapped=type(trainer.model_wrapped).__name__,
         resume_difference=resume_difference,
         checkpoint=checkpoint,
+        upstream_difference=upstream,
+        notes=notes.lines,
+        local_rank=int(os.environ.get("LOCAL_RANK", -1)),
     )
     if engine is not None:
         result.engine = engine.name
@@ -145,6 +167,23 @@ def run_case(name, case, engine=None):
             result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
     result.ok = result.worst <= 1.0
     return result
+
+
+class Notes:
+    """What the plugin's logger says on this rank from now until detach()."""
+
+    def __init__(self):
+        import logging
+
+        from ..registry import logger
+
+        self.lines, self.logger = [], logger
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.lines.append(record.getMessage())
+        logger.addHandler(self.handler)
+
+    def detach(self):
+        self.logger.removeHandler(self.handler)
 
 
 def worker(names, out, engine_name=None):
@@ -180,10 +219,12 @@ def worker(names, out, engine_name=None):
 LAUNCHERS = ("torchrun", "accelerate")
 
 
-def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
+def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1):
     """Start `ranks` real processes the way users do and return every rank's result of every case
-    (under an engines.ENGINES engine, launched as that engine says, or plain DDP). The launcher and every
-    rank are stopped and reaped when it returns, fails, times out or is interrupted."""
+    (under an engines.ENGINES engine, launched as that engine says, or plain DDP). `nodes` > 1: as many
+    torchrun agents on 127.0.0.1, one per node (static rendezvous), each with ranks / nodes processes, so
+    LOCAL_RANK differs from RANK as on a multi-node job. The launchers and every rank are stopped and
+    reaped when it returns, fails, times out or is interrupted."""
     scratch = tempfile.mkdtemp(prefix="udn-ddp-")
     try:
         out = os.path.join(scratch, "results.json")
@@ -194,6 +235,11 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
         if engine is not None:
             module += ["--engine", engine.name]
             command, launcher = engines.command(engine, ranks, cwd), engine.launcher
+        elif nodes > 1:
+            if launcher != "torchrun" or ranks % nodes:
+                raise ValueError(f"a {nodes}-node layout takes torchrun and a multiple of {nodes} ranks")
+            command = None
+            agents = [[*agent, *module] for agent in node_agents(nodes, ranks // nodes)]
         elif launcher == "torchrun":
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
         elif launcher == "accelerate":
@@ -218,8 +264,11 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
             **(engines.environment(engine) if engine is not None else {}),
         }
         what = f"{launcher} with {ranks} ranks{f' ({engine.name})' if engine else ''}"
+        if nodes > 1:
+            what = f"{nodes} torchrun agents (nodes) with {ranks // nodes} ranks each"
         try:
-            done = processes.run(command + module, timeout, env=env, cwd=cwd)
+            commands = agents if nodes > 1 else [command + module]
+            done = processes.run_together(commands, timeout, env=env, cwd=cwd)
         except TimeoutError as error:
             raise RuntimeError(f"{what} timed out: {error}") from None
         if done.returncode != 0:
@@ -229,6 +278,30 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None):
     finally:
         with processes.deferred_interrupts():  # checkpoints of the resume cases, the results file
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def node_agents(nodes, per_node):
+    """The torchrun agent of each node of a multi-node job, all on this machine: static rendezvous at
+    127.0.0.1 on a free port (the agents of a real job run this on their own hosts)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={nodes}",
+            f"--node_rank={node}",
+            f"--nproc_per_node={per_node}",
+            "--rdzv_backend=static",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+        ]
+        for node in range(nodes)
+    ]
 
 
 def main(argv=None):

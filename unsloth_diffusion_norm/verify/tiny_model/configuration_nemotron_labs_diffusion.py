@@ -16,6 +16,7 @@ class NemotronLabsDiffusionConfig(PretrainedConfig):
         max_position_embeddings=64,
         rms_norm_eps=1e-6,
         mask_token_id=None,
+        dp_varying_mask_ratio=False,  # NVIDIA's switch: vary the masks per data-parallel rank
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -26,5 +27,6 @@ class NemotronLabsDiffusionConfig(PretrainedConfig):
         self.max_position_embeddings = max_position_embeddings
         self.rms_norm_eps = rms_norm_eps
         self.mask_token_id = mask_token_id
+        self.dp_varying_mask_ratio = dp_varying_mask_ratio
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
