@@ -1,8 +1,8 @@
 """Noise you can trust, before and after: python scripts/noise_demo.py
 
 1. Resume: trains 4 optimizer steps with a checkpoint at step 2, resumes a fresh trainer from it, and
-   prints the largest parameter difference to the uninterrupted run - for the installed release's own
-   draws, with diffusion_noise="global" and with "per_sample".
+   prints the largest parameter difference to the uninterrupted run - at the default settings, with
+   diffusion_noise="global" and "per_sample", and for Unsloth's own draws (the plugin unpatched).
 2. Data parallel: launches 2 ranks (torchrun, Gloo on CPU) and prints the noise level p_mask each rank's
    first micro-batch got - with the global RNG (every rank seeded alike) and with "per_sample".
 """
@@ -30,19 +30,20 @@ def main():
     print(f"Unsloth {status.unsloth_version}, plugin mode {status.mode}\n")
     print("| noise | max abs parameter difference, resumed at step 2 vs uninterrupted, after step 4 |")
     print("|---|---|")
-    for label, flag in (
-        ("release default", {}),
-        ('"global"', {"diffusion_noise": "global"}),
-        ('"per_sample"', {"diffusion_noise": "per_sample"}),
+    for label, flag, context in (
+        ("default (None)", {}, contextlib.nullcontext),
+        ('"global"', {"diffusion_noise": "global"}, contextlib.nullcontext),
+        ('"per_sample"', {"diffusion_noise": "per_sample"}, contextlib.nullcontext),
+        ("Unsloth's own draws (plugin unpatched)", {}, unsloth_diffusion_norm.unpatched),
     ):
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), context():
             runs = experiment.train_and_resume(EXAMPLES, at=2, seed=0, **flag)
         print(f"| {label} | {runs.difference:.3g} |")
 
     results = data_parallel.launch(2, ["unequal-counts", "per-sample-noise"])
     print("\n| noise (2 ranks) | p_mask of rank 0's first micro-batch | p_mask of rank 1's first micro-batch |")
     print("|---|---|---|")
-    for case, label in (("unequal-counts", "global RNG (release default)"), ("per-sample-noise", '"per_sample"')):
+    for case, label in (("unequal-counts", "default: global RNG"), ("per-sample-noise", '"per_sample"')):
         rows = sorted((r for r in results if r["case"] == case), key=lambda r: r["rank"])
         levels = [f"{r['noise_levels'][0][0][0]:.6f}" for r in rows]
         print(f"| {label} | {levels[0]} | {levels[1]} |")

@@ -29,6 +29,24 @@ def test_fixed_stack_passes_its_self_check(plugin, capsys):
     assert set(report["versions"]) >= {"unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch"}
 
 
+def test_the_verdict_names_what_the_release_still_gets_wrong_and_what_the_plugin_does(plugin):
+    from unsloth_diffusion_norm.verify import doctor
+
+    verdict = doctor.examine(self_check=False)["verdict"]
+    if MODE == registry.NATIVE:  # right by itself on the loss; not on a resume, nor on data-parallel variety
+        release = unsloth_diffusion_norm.status().unsloth_version
+        assert verdict == (
+            f"Unsloth {release} normalizes by the window natively, but it draws each window's noise while fetching "
+            "it, before a resumed run restores the RNG, so a resumed run trains on other masks than the "
+            "uninterrupted one; and every data-parallel rank, seeded alike, draws the same noise levels; the plugin "
+            "draws Unsloth's own noise at each window's first step by default, so a resumed run is exact (an "
+            "uninterrupted one is bitwise Unsloth's), and diffusion_noise='per_sample' (or the model config's "
+            "dp_varying_mask_ratio=True) gives each example its own."
+        )
+    else:
+        assert "the plugin's fix is active" in verdict
+
+
 @pytest.mark.fresh_interpreter
 def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
     env = {**os.environ, **fixtures.CPU_ENVIRONMENT, "UNSLOTH_DIFFUSION_NORM": "0"}
@@ -40,8 +58,10 @@ def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows
     )
     report = json.loads(done.stdout[done.stdout.index("{") :])
     assert report["mode"] == registry.DISABLED and done.returncode == report["exit"]
-    if MODE == registry.NATIVE:  # Unsloth itself is right there
+    if MODE == registry.NATIVE:  # Unsloth itself is right there, on the loss (the exit code says so)
         assert done.returncode == 0 and report["self_check"]["passed"]
+        assert "a resumed run trains on other masks" in report["verdict"]
+        assert report["verdict"].endswith("the plugin is disabled, so nothing fixes either.")
     else:
         assert done.returncode == 1 and not report["self_check"]["passed"]
         assert report["self_check"]["worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]

@@ -11,7 +11,7 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import config, registry
-from unsloth_diffusion_norm.verify import fixtures, oracle, scenarios
+from unsloth_diffusion_norm.verify import experiment, fixtures, oracle, scenarios
 from unsloth_diffusion_norm.verify.fixtures import expected_mode
 
 MODE = unsloth_diffusion_norm.apply().mode
@@ -112,13 +112,29 @@ def test_realistic_configuration_matches_the_oracle_and_the_control_misses(outco
     outcome = outcomes[name]
     assert outcome.ok, outcome
     scenario = scenarios.SCENARIOS[name]
-    # The control drew the same masks, so only the normalization differs - except that 2026.10.7+ draws a
-    # resumed run's first window before Trainer restores the RNG, and its per-micro-batch path after.
-    if not (MODE == registry.NATIVE and scenario.runs == "resume-unpatched-checkpoint"):
-        assert outcome.control_counts_equal
+    assert outcome.control_counts_equal  # the control drew the same masks: only the normalization differs
     precision = scenario.precision
     if outcome.unequal_windows:
         assert outcome.control_worst > oracle.CONTROL_FACTORS[precision], outcome
+
+
+@pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n, s in scenarios.SCENARIOS.items()
+        if "diffusion_noise" not in s.settings and s.runs not in ("two-trainers", "resume-unpatched-checkpoint")
+    ],
+)
+def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own(plugin, name):
+    """The default's draws (at each window's first step) are Unsloth's own (unpatched(): while fetching): the
+    same losses and parameters in every window (a resumed run is where they part, by design)."""
+    scenario = scenarios.SCENARIOS[name]
+    ours = scenarios.drive(scenario)
+    with unsloth_diffusion_norm.unpatched():
+        own = scenarios.drive(scenario)
+    assert [experiment.divergence(a, b) for a, b in zip(ours, own)] == [0.0] * len(ours)
 
 
 def test_scenarios_exercise_what_they_name(outcomes):

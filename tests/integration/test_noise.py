@@ -15,15 +15,9 @@ MODE = unsloth_diffusion_norm.apply().mode
 EXAMPLES = equal_answers(8)  # GA 2: 4 steps
 
 
-# Resume-exact global draws: the default where the plugin patches, an opt-in on 2026.10.7+ (which draws
-# while fetching a window, before Trainer restores the RNG).
-RESUME_EXACT = {} if MODE == registry.PATCHED else {"diffusion_noise": "global"}
-
-
 @pytest.mark.parametrize("normalization", [None, "microbatch"])
 def test_resumed_run_is_bitwise_the_uninterrupted_one(plugin, normalization):
     flag = {} if normalization is None else {"diffusion_loss_normalization": normalization}
-    flag.update(RESUME_EXACT)
     runs = experiment.train_and_resume(EXAMPLES, at=2, seed=0, **flag)
     assert (len(runs.full.windows), len(runs.resumed.windows)) == (4, 2)
     assert runs.difference == 0.0
@@ -59,15 +53,47 @@ def test_noise_flag_validates_and_round_trips(plugin, tmp_path):
 
 
 @pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
-def test_native_default_is_not_resume_exact_and_the_opt_in_draws_the_same_masks(plugin):
-    """What the opt-in fixes, measured: Unsloth's own draws, made while fetching, differ after a resume;
-    with diffusion_noise="global" an uninterrupted run is bitwise Unsloth's own."""
-    assert experiment.train_and_resume(EXAMPLES, at=2, seed=0).difference > 1e-3
-    own = experiment.train(EXAMPLES, seed=0)
-    deferred = experiment.train(EXAMPLES, seed=0, diffusion_noise="global")
-    for a, b in zip(own.windows, deferred.windows):
-        assert a.logged_loss == b.logged_loss
-        assert all(torch.equal(a.params_after[n], b.params_after[n]) for n in a.params_after)
+def test_native_default_is_resume_exact_and_an_uninterrupted_run_is_bitwise_unsloths_own(plugin):
+    """What the default fixes there, measured: Unsloth's own draws (unpatched), made while fetching, differ
+    after a resume; the default draws the same noise at the window's first step - bitwise Unsloth's own run
+    when nothing is resumed, and the same as asking for diffusion_noise="global"."""
+    with unsloth_diffusion_norm.unpatched():
+        assert experiment.train_and_resume(EXAMPLES, at=2, seed=0).difference > 1e-3
+        own = experiment.train(EXAMPLES, seed=0)
+    assert experiment.train_and_resume(EXAMPLES, at=2, seed=0).difference == 0.0
+    default = experiment.train(EXAMPLES, seed=0)
+    asked = experiment.train(EXAMPLES, seed=0, diffusion_noise="global")
+    assert experiment.divergence(default, own) == experiment.divergence(asked, own) == 0.0
+    assert "compute_loss" in vars(default.trainer.diffusion_profile)  # the trainer's own profile copy draws
+
+
+NOTE_PER_SAMPLE = (
+    "unsloth_diffusion_norm: the model's config sets dp_varying_mask_ratio=True, so every example draws its own "
+    "noise (diffusion_noise='per_sample'); diffusion_noise='global' keeps the global RNG's draws."
+)
+
+
+def test_nvidias_dp_varying_mask_ratio_asks_for_per_sample_noise_in_one_line(plugin, tmp_path, caplog):
+    """The model config's switch (NVIDIA's default: False) with diffusion_noise at None: per-sample noise,
+    said once when the trainer is built, not per step; an explicit diffusion_noise wins, silently."""
+    import logging
+
+    from unsloth_diffusion_norm.verify.fixtures import write_tiny_checkpoint
+
+    varying = write_tiny_checkpoint(str(tmp_path / "varying"), dp_varying_mask_ratio=True)
+    with caplog.at_level(logging.INFO, logger="unsloth_diffusion_norm"):
+        run = experiment.train(EXAMPLES[:6], seed=0, checkpoint=varying)  # 3 steps
+        said = [record.getMessage() for record in caplog.records if record.name == "unsloth_diffusion_norm"]
+        assert said == [NOTE_PER_SAMPLE]
+        caplog.clear()
+        keys = [batch.get("keys") for window in run.windows for batch in window.batches]
+        assert len(keys) == 6 and all(keys)  # really per sample
+        assert all(judging.judge(run, window).ok for window in run.windows)
+        asked = experiment.train(EXAMPLES[:6], seed=0, checkpoint=varying, diffusion_noise="global")
+        own = experiment.train(EXAMPLES[:6], seed=0)  # NVIDIA's default, False: the global draws
+        assert not [record for record in caplog.records if record.name == "unsloth_diffusion_norm"]
+    assert all(batch.get("keys") is None for window in asked.windows for batch in window.batches)
+    assert experiment.divergence(asked, own) == 0.0  # (the same weights: only the config field differs)
 
 
 def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):

@@ -60,6 +60,19 @@ def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
             assert control.worst > oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
 
 
+@pytest.mark.skipif(MODE != NATIVE, reason="a natively fixed release")
+@pytest.mark.parametrize("case", [name for name, spec in CASES.items() if "profile" not in spec])
+def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own(case, trainer_stack):
+    """The default's draws, made at each window's first step, against Unsloth's own path (unpatched()): the
+    same logged losses and parameters in every window, with and without Unsloth's Trainer rewrite."""
+    spec = {key: value for key, value in CASES[case].items() if key != "inverse_t"}
+    unsloth_diffusion_norm.apply()
+    ours = experiment.train(**spec)
+    with unsloth_diffusion_norm.unpatched():
+        own = experiment.train(**spec)
+    assert experiment.divergence(ours, own) == 0.0
+
+
 @pytest.mark.parametrize(
     "case",
     [

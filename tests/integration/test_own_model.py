@@ -136,7 +136,7 @@ def test_a_read_would_show_in_the_access_time(tmp_path):
 def test_doctor_model_passes_on_a_fixed_stack_and_never_reads_a_weight_file(name, checkpoints, plugin, capsys):
     directory = checkpoints[name]
     before = access_times(directory)
-    code = cli.main(["doctor", "--json", "--model", str(directory)])
+    code = cli.main(["doctor", "--json", "--trust-remote-code", "--model", str(directory)])
     report = json.loads(capsys.readouterr().out)
     assert code == report["exit"] == 0, report
     check, model = report["self_check"], report["model"]
@@ -150,7 +150,7 @@ def test_doctor_model_passes_on_a_fixed_stack_and_never_reads_a_weight_file(name
 def test_with_the_switch_off_doctor_model_fails_where_the_release_is_affected(name, checkpoints, tmp_path):
     # HF_HUB_OFFLINE: the whole check runs without the network (everything it loads is local).
     done = run(
-        ["doctor", "--json", "--model", str(checkpoints[name])],
+        ["doctor", "--json", "--trust-remote-code", "--model", str(checkpoints[name])],
         tmp_path,
         {"UNSLOTH_DIFFUSION_NORM": "0", "HF_HUB_OFFLINE": "1"},
     )
@@ -178,7 +178,7 @@ def test_the_fixtures_take_both_loss_paths_where_the_release_has_a_fused_head(ch
 
 
 def test_reproduce_model_prints_the_table_for_the_copy(checkpoints, plugin, capsys):
-    assert cli.main(["reproduce", "--model", str(checkpoints["nemotron_tied_fused_qkv"])]) == 0
+    assert cli.main(["reproduce", "--trust-remote-code", "--model", str(checkpoints["nemotron_tied_fused_qkv"])]) == 0
     out = capsys.readouterr().out
     assert "Model: a tiny random DiffusionLMModel from " in out and "d_model 3072→64" in out
     within = next(line for line in out.splitlines() if line.startswith("| within tolerance"))
@@ -247,6 +247,29 @@ def test_a_directory_that_is_no_checkpoint_is_refused_before_unsloth_is_imported
     assert says in one_line(done.stderr).removeprefix(f"{PROG} {command}: ")
 
 
+@pytest.mark.parametrize("command", ["doctor", "reproduce"])
+def test_without_trust_remote_code_nothing_of_the_directory_is_imported_and_it_exits_2(command, tmp_path):
+    """Like transformers (trust_remote_code=True) and vLLM (--trust-remote-code): a directory's code runs only
+    when asked. Its configuration file here writes a marker when imported: without the flag no marker."""
+    marker = tmp_path / "imported"
+
+    def plant(directory):
+        code = directory / "configuration_nemotron_diffusion.py"
+        code.write_text(f"open({str(marker)!r}, 'w').close()\n" + code.read_text())
+
+    directory = hub_checkpoint(tmp_path, "nemotron_gqa_rope", plant)  # (sparse weights: copytree would fill them)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "json").mkdir()
+    done = run([command, "--model", str(directory)], tmp_path / "plain")
+    assert done.returncode == 2 and done.stdout == "" and not marker.exists()
+    assert one_line(done.stderr) == (
+        f"{PROG} {command}: --model {directory}: the self-check imports and runs this directory's own Python code "
+        "(configuration_nemotron_diffusion.py, modeling_nemotron_diffusion.py); if you trust it, add --trust-remote-code"
+    )
+    done = run(["doctor", "--json", "--model", str(directory)], tmp_path / "json")
+    assert done.returncode == json.loads(done.stdout)["exit"] == 2 and not marker.exists()
+
+
 def test_set_needs_model_and_key_value(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -287,7 +310,7 @@ def test_a_checkpoint_the_self_check_cannot_run_on_is_one_line_and_exit_2(case, 
     directory = hub_checkpoint(tmp_path, architecture, edit)
     before = access_times(directory)
     for json_flag in ([], ["--json"]):
-        code = cli.main(["doctor", *json_flag, "--model", str(directory), *settings])
+        code = cli.main(["doctor", *json_flag, "--trust-remote-code", "--model", str(directory), *settings])
         captured = capsys.readouterr()
         assert code == 2 and says in one_line(captured.err), captured.err
         assert captured.out == "" if not json_flag else json.loads(captured.out)["exit"] == 2

@@ -55,10 +55,10 @@ def variants(mode):
     from ..registry import NATIVE
 
     if mode == NATIVE:
-        return [
-            ("native (Unsloth's own)", True, {}),
-            ("native + diffusion_noise='global'", True, {"diffusion_noise": "global"}),
-            ("native + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
+        return [  # (the release is window-normalized itself; the plugin's default moves the draws)
+            ("native, unpatched (Unsloth's own)", False, {}),
+            ("native + plugin (resume-exact draws)", True, {}),
+            ("native + plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
         ]
     return [
         ("unpatched", False, {}),

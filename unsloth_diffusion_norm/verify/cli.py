@@ -95,6 +95,12 @@ def _own_model_options(command):
         help="with --model: set a key of the tiny copy's config (a JSON value), for a size key "
         "the shrink does not know; repeatable",
     )
+    command.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="with --model: allow importing and running DIR's own Python files (its modeling code), as "
+        "transformers' trust_remote_code=True does; without it nothing of DIR is imported",
+    )
 
 
 def _parser():
@@ -245,15 +251,22 @@ def _finite(value):
 
 def _own_model(args):
     """--model DIR read before Unsloth's import (the cheap refusals come in a moment); --set needs --model."""
-    from .own_model import Refused, read
+    from .own_model import Refused, code_files, read
 
     if args.set and not args.model:
         raise Failure("--set is for the tiny copy of --model DIR; give --model too", USAGE)
     if args.model:
         try:
-            read(args.model)
+            config = read(args.model)
         except Refused as refused:
             raise Failure(str(refused), USAGE) from None
+        if not args.trust_remote_code:  # asked before anything of DIR is imported, as transformers and vLLM ask
+            files = ", ".join(sorted(code_files(config)))
+            raise Failure(
+                f"--model {args.model}: the self-check imports and runs this directory's own Python code "
+                f"({files}); if you trust it, add --trust-remote-code",
+                USAGE,
+            )
 
 
 def _doctor(args):

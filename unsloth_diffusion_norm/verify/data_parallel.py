@@ -7,7 +7,10 @@ training the ranks exchange what they saw, and each rank judges its own gradient
 against the oracle over all ranks' data with the same masks (`ranks`). One launch runs many cases,
 because a launch (process start plus `import unsloth`) costs far more than a case.
 
-    python -m unsloth_diffusion_norm.verify.data_parallel [--ranks 2 3] [--json FILE]   # launches, prints the table
+    python -m unsloth_diffusion_norm.verify.data_parallel [--ranks 2 3] [--nodes N] [--json FILE]   # prints the table
+
+--nodes 2: each launch as two torchrun agents on 127.0.0.1 (--nnodes 2, static rendezvous), one per node,
+so LOCAL_RANK differs from RANK as on a multi-node job (--ranks must then be multiples of N).
 """
 
 import argparse
@@ -72,6 +75,21 @@ def render(results):
                 [[r["case"], r["rank"], f"{r['resume_difference']:.3g}"] for r in resumed],
             ),
         ]
+    compared = {}
+    for r in results:
+        if r.get("upstream_difference") is not None:
+            compared[r["case"]] = max(compared.get(r["case"], 0.0), r["upstream_difference"])
+    if compared:  # a natively fixed release: the plugin's default against Unsloth's own path
+        lines += [
+            "",
+            *tables.markdown(
+                [
+                    "case (default settings)",
+                    "max abs parameter difference to Unsloth's own run (unpatched), over ranks",
+                ],
+                [[case, f"{difference:.3g}"] for case, difference in compared.items()],
+            ),
+        ]
     evaluated = [r for r in results if r.get("eval_loss") is not None and r["rank"] == 0]
     if evaluated:
         lines += [
@@ -100,17 +118,30 @@ PLAN = {2: ("torchrun", plan(2)), 3: ("accelerate", plan(3))}
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=sorted(PLAN), help="launch sizes to run")
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="torchrun agents (nodes) per launch, on this machine (default 1)"
+    )
     parser.add_argument("--json", help="write every rank's results here")
     args = parser.parse_args(argv)
+    if args.nodes < 1 or any(ranks % args.nodes for ranks in args.ranks):
+        parser.error(f"--ranks must be multiples of --nodes {args.nodes}")
     results = []
     for ranks in args.ranks:
         launcher, names = PLAN[ranks]
-        results += launch(ranks, names, launcher)
+        if args.nodes > 1:
+            launcher = "torchrun"
+        results += launch(ranks, names, launcher, nodes=args.nodes)
     from ..detect import unsloth_version
     from . import oracle
 
     command = {"torchrun": "torchrun", "accelerate": "accelerate launch"}
     launched = ", ".join(f"{ranks} ranks with {command[PLAN[ranks][0]]}" for ranks in args.ranks)
+    if args.nodes > 1:
+        launched = ", ".join(
+            f"{ranks} ranks as {args.nodes} nodes x {ranks // args.nodes} (torchrun agents, static rendezvous "
+            "at 127.0.0.1)"
+            for ranks in args.ranks
+        )
     print(f"Unsloth {unsloth_version()}; {launched}; Gloo on CPU; {oracle.describe_tolerance()}\n")
     print(render(results))
     if args.json:

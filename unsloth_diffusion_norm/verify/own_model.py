@@ -128,6 +128,13 @@ def read(source):
     return config
 
 
+def code_files(config):
+    """The Python files of the directory that config.json's auto_map names (what loading the copy imports)."""
+    return {
+        reference.rsplit(".", 1)[0].replace(".", os.sep) + ".py" for reference in _code_references(config["auto_map"])
+    }
+
+
 def _code_references(auto_map):
     for value in auto_map.values():
         for reference in value if isinstance(value, (list, tuple)) else [value]:

@@ -4,10 +4,13 @@ oracle over all ranks' data with the same masks."""
 
 import pytest
 
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.verify import data_parallel, oracle
 from unsloth_diffusion_norm.verify.data_parallel import CASES, PLAN
 
 pytestmark = pytest.mark.multiprocess
+NATIVE_RELEASE = unsloth_diffusion_norm.apply().mode == registry.NATIVE
 
 
 @pytest.fixture(scope="module")
@@ -82,32 +85,19 @@ def test_the_table_has_a_row_per_case(results):
 
 
 def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_every_rank(results):
-    # (on 2026.10.7+ through the diffusion_noise="global" opt-in)
+    # (the default on every release: on 2026.10.7+ the plugin draws Unsloth's own noise at the window's first step)
     assert all(row["resume_difference"] == 0.0 for row in ranks_of(results, "resume-mid-epoch"))
 
 
-def test_per_sample_noise_is_the_same_in_every_layout(results):
+def test_per_sample_noise_is_the_same_in_every_layout(results, one_process_masks):
     """1 rank x GA 4, 1 rank x batch 4 (here), 2 ranks x GA 2 (launched): same seed, same global batch,
     so every example gets the same masks on its own tokens - and every window matches the oracle."""
-    from unsloth_diffusion_norm.verify import experiment, judging
-
-    case = CASES["per-sample-noise"]
     launched = {}
     for row in ranks_of(results, "per-sample-noise"):
         launched.update({int(key): value for key, value in row["sample_masks"].items()})
-    layouts = {"2 ranks x GA 2": launched}
-    for name, shape in {
-        "1 rank x GA 4": dict(gradient_accumulation_steps=4),
-        "1 rank x batch 4": dict(gradient_accumulation_steps=1, batch_size=4),
-    }.items():
-        run = experiment.train(case.examples(), seed=case.seed, diffusion_noise="per_sample", **shape)
-        assert all(judging.judge(run, window).ok for window in run.windows), name
-        found = judging.masks_by_sample([(w.batches, w.rng_state) for w in run.windows])
-        layouts[name] = {key: [list(tokens), list(masked)] for key, (tokens, masked) in found.items()}
-    reference = layouts.pop("2 ranks x GA 2")
-    assert len(reference) == len(case.examples())
-    for name, found in layouts.items():
-        assert found == reference, name
+    assert len(launched) == len(CASES["per-sample-noise"].examples())
+    for name, found in one_process_masks("per-sample-noise").items():
+        assert found == launched, name
 
 
 def test_noise_levels_per_rank_identical_with_global_noise_distinct_with_per_sample(results):
@@ -120,3 +110,42 @@ def test_noise_levels_per_rank_identical_with_global_noise_distinct_with_per_sam
 
 def test_per_sample_resume_is_bitwise_on_every_rank_in_every_mode(results):
     assert all(row["resume_difference"] == 0.0 for row in ranks_of(results, "per-sample-resume"))
+
+
+def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own_on_every_rank(results):
+    """Each case at the default settings also trained under unpatched() (Unsloth's own path) on that rank."""
+    compared = {case: row["upstream_difference"] for (case, _), row in results.items()}
+    if NATIVE_RELEASE:
+        defaults = [n for n, c in CASES.items() if c.patched and not (c.diffusion_noise or c.model_config)]
+        assert {case: compared[case] for case in defaults} == dict.fromkeys(defaults, 0.0)
+    else:
+        assert set(compared.values()) == {None}  # (nothing to compare with: the release's own path is the bug)
+
+
+def test_global_rng_noise_under_data_parallel_is_said_once_on_rank_0(results):
+    """One line per trainer built, on rank 0 only, at construction: no repeat per step, nothing on other ranks."""
+    for case in ("unequal-counts", "ga3-partial-last-window", "three-ranks"):
+        world = CASES[case].ranks
+        rows = sorted(ranks_of(results, case), key=lambda row: row["rank"])
+        assert rows[0]["notes"] == [
+            f"unsloth_diffusion_norm: the noise comes from the global RNG, seeded alike on all {world} data-parallel "
+            "ranks, so every rank draws the same noise levels; diffusion_noise='per_sample' gives each example its own."
+        ]
+        assert all(row["notes"] == [] for row in rows[1:])
+    resumed = ranks_of(results, "resume-mid-epoch")  # two trainers: the uninterrupted run and the resumed one
+    assert [len(row["notes"]) for row in sorted(resumed, key=lambda row: row["rank"])] == [2, 0]
+    assert all(row["notes"] == [] for row in ranks_of(results, "per-sample-noise"))
+
+
+def test_nvidias_dp_varying_mask_ratio_gives_per_sample_noise_and_says_so(results):
+    """A model config with dp_varying_mask_ratio=True and diffusion_noise left at None: the masks of
+    diffusion_noise='per_sample' (the same data and seed), and the one line says why."""
+    varying = sorted(ranks_of(results, "nvidia-dp-varying-mask-ratio"), key=lambda row: row["rank"])
+    per_sample = sorted(ranks_of(results, "per-sample-noise"), key=lambda row: row["rank"])
+    assert [row["sample_masks"] for row in varying] == [row["sample_masks"] for row in per_sample]
+    assert all(row["sample_masks"] for row in varying)
+    assert varying[0]["notes"] == [
+        "unsloth_diffusion_norm: the model's config sets dp_varying_mask_ratio=True, so every example draws its own "
+        "noise (diffusion_noise='per_sample'); diffusion_noise='global' keeps the global RNG's draws."
+    ]
+    assert varying[1]["notes"] == []

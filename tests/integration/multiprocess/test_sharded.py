@@ -84,3 +84,16 @@ def test_resume_from_a_sharded_checkpoint_is_bitwise_the_uninterrupted_run(engin
     for row in ranks_of(engine, "resume-mid-epoch"):
         assert shard in row["checkpoint"], row["checkpoint"]
         assert row["resume_difference"] == 0.0
+
+
+def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own_on_every_rank(engine):
+    """Each case at the default settings also trained under unpatched() (Unsloth's own path) on that rank."""
+    import unsloth_diffusion_norm
+    from unsloth_diffusion_norm import registry
+
+    compared = {case: row["upstream_difference"] for (case, _), row in engine[1].items()}
+    if unsloth_diffusion_norm.apply().mode == registry.NATIVE:
+        defaults = [n for n, c in CASES.items() if c.patched and not (c.diffusion_noise or c.model_config)]
+        assert {case: compared[case] for case in defaults} == dict.fromkeys(defaults, 0.0), engine[0]
+    else:
+        assert set(compared.values()) == {None}
