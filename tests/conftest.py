@@ -11,6 +11,7 @@ SLOWEST_FIRST = [
     "test_field.py",  # 111
     "test_oracle_cases.py",  # 98
     "multiprocess/test_data_parallel.py",  # 73
+    "multiprocess/test_multi_node.py",  # ~45 (new: estimated)
     "test_own_model.py",  # 51
     "test_release.py",  # 29
     "test_noise.py",  # 24

@@ -178,15 +178,15 @@ def _patched_trainer_init(release, wrapped, trainer, pos, kwargs):
             config.MASKED_TOKENS,
             config.GLOBAL_MASKED_TOKENS,
         ):
-            asked = (
-                f"{config.NOISE_FIELD}='per_sample'"
-                if getattr(trainer.args, config.NOISE_FIELD, None)
-                else f"the model config's {config.DP_VARYING}=True (per-sample noise)"
-            )
+            if getattr(trainer.args, config.NOISE_FIELD, None):
+                asked, instead = f"{config.NOISE_FIELD}='per_sample'", f"leave {config.NOISE_FIELD} at None"
+            else:
+                asked = f"the model config's {config.DP_VARYING}=True (per-sample noise)"
+                instead = f"set {config.NOISE_FIELD}='global'"
             raise ValueError(
                 f"unsloth_diffusion_norm: {asked} with {profile.name!r}'s own "
                 f"{profile.loss_normalization!r} normalization is not available on this release; "
-                f"set {config.FIELD}='window' or {config.NOISE_FIELD}='global'."
+                f"set {config.FIELD}='window' or {instead}."
             )
         per_sample.data_order(trainer)  # registered now, to see the first epoch begin
     _say_noise(trainer, mode)
