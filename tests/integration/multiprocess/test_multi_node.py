@@ -58,6 +58,11 @@ def test_per_sample_noise_gives_every_example_the_masks_of_the_one_process_layou
         assert found == launched, layout
 
 
+def test_per_sample_noise_levels_differ_between_the_nodes(two_nodes):
+    levels = [t for row in two_nodes["per-sample-noise"] for batch in row["noise_levels"][0] for t in batch]
+    assert len(set(levels)) == len(levels) == 4  # every example of the global batch has its own
+
+
 def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_every_node(two_nodes):
     for case in ("resume-mid-epoch", "per-sample-resume"):
         assert [row["resume_difference"] for row in two_nodes[case]] == [0.0, 0.0], case
