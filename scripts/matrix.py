@@ -89,7 +89,7 @@ LEGS = [
         "2026.10.9",
         "5.17.0",
         "1.15.0",
-        "fixed upstream: native, training path untouched; launched and sharded ranks",
+        "fixed upstream: native, Unsloth's own loss, resume-exact draws; launched, multi-node and sharded ranks",
         select="not once",
         sharded=True,
     ),
@@ -242,13 +242,14 @@ def table(results):
         "| Unsloth | transformers | TRL | mode | tests | result | leg |",
         "|---|---|---|---|---|---|---|",
     ]
+    notes = {leg.name: leg.note for leg in LEGS}  # a leg's description is the code's, also for saved results
     for r in results:
         v = r.get("versions") or {}
         result = "pass" if r.get("exit") == 0 else "**FAIL**"
         tests = f"{r.get('passed', 0)} passed, {r.get('skipped', 0)} skipped, {r.get('failed', 0)} failed"
         lines.append(
             f"| {v.get('unsloth', r['unsloth'])} | {v.get('transformers', r['transformers'])} | "
-            f"{v.get('trl', r['trl'])} | `{r.get('mode', '?')}` | {tests} | {result} | {r['note']} |"
+            f"{v.get('trl', r['trl'])} | `{r.get('mode', '?')}` | {tests} | {result} | {notes.get(r['name'], r['note'])} |"
         )
     return "\n".join(lines)
 

@@ -69,8 +69,8 @@ def _model_config(model):
 def _settle_noise(trainer):
     """The run's noise (config.effective_noise), kept on the trainer: the flag, NVIDIA's model-config switch,
     or the resume-exact global draws."""
-    mode = trainer.__dict__[NOISE] = config.effective_noise(trainer.args, _model_config(trainer.model))
-    return mode
+    trainer.__dict__[NOISE] = config.effective_noise(trainer.args, _model_config(trainer.model))
+    return trainer.__dict__[NOISE]
 
 
 def noise_note(args, mode):
@@ -375,8 +375,8 @@ def native_release(release):
 def trainer_patches(release, trainer, noise_mode):
     """What this trainer's run needs on a native release, as patches owned by the trainer and by its own
     copy of the profile (made here, installed by the first patch); Unsloth's classes are not touched.
-    None when the release's own path is already right: a per-micro-batch profile at its own settings
-    draws in compute_loss, after a resumed run's RNG is restored."""
+    None at all where the release's own path is already right: a per-micro-batch profile at its own
+    settings draws in compute_loss, after a resumed run's RNG is restored."""
     args = trainer.args
     wanted = config.native_normalization(trainer.diffusion_profile, args)
     deferred = noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS
@@ -445,9 +445,9 @@ def _per_sample_noise(release, trainer, profile):
 
 
 def _draw_at_first_step(trainer, profile):
-    """diffusion_noise="global" (the default): Unsloth's own draws (its prepare_batch, in micro-batch order), made when
-    the window is first trained on instead of while it is fetched - after Trainer has restored a resumed
-    run's RNG. Upstream's loss and count arithmetic stay."""
+    """diffusion_noise="global" (the default): Unsloth's own draws (its prepare_batch, in micro-batch order),
+    made when the window is first trained on instead of while it is fetched - after Trainer has restored a
+    resumed run's RNG. Upstream's loss and count arithmetic stay."""
     # Upstream's compute_loss scales the loss by all processes itself: count the way upstream counts.
     reduce_count, _ = data_parallel_rule(trainer, upstream=True)
 
