@@ -122,7 +122,7 @@ def read(source):
                 f"config.json's auto_map takes code from another repository ({reference!r}); "
                 f"this command never downloads: put that code into {source!r}"
             )
-        module = reference.rsplit(".", 1)[0].replace(".", os.sep) + ".py"
+        module = _module_file(reference)
         if not os.path.isfile(os.path.join(source, module)):
             raise Refused(f"config.json's auto_map names {reference!r}, but {module} is not in {source!r}")
     return config
@@ -130,9 +130,12 @@ def read(source):
 
 def code_files(config):
     """The Python files of the directory that config.json's auto_map names (what loading the copy imports)."""
-    return {
-        reference.rsplit(".", 1)[0].replace(".", os.sep) + ".py" for reference in _code_references(config["auto_map"])
-    }
+    return {_module_file(reference) for reference in _code_references(config["auto_map"])}
+
+
+def _module_file(reference):
+    """'modeling_x.ModelClass' -> 'modeling_x.py' (the file in the checkpoint directory)."""
+    return reference.rsplit(".", 1)[0].replace(".", os.sep) + ".py"
 
 
 def _code_references(auto_map):

@@ -234,28 +234,15 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1)
         os.mkdir(cwd)
         if engine is not None:
             module += ["--engine", engine.name]
-            command, launcher = engines.command(engine, ranks, cwd), engine.launcher
+            commands = [engines.command(engine, ranks, cwd)]
+            what = f"{engine.launcher} with {ranks} ranks ({engine.name})"
         elif nodes > 1:
             if launcher != "torchrun" or ranks % nodes:
                 raise ValueError(f"a {nodes}-node layout takes torchrun and a multiple of {nodes} ranks")
-            command = None
-            agents = [[*agent, *module] for agent in node_agents(nodes, ranks // nodes)]
-        elif launcher == "torchrun":
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
-        elif launcher == "accelerate":
-            command = [
-                sys.executable,
-                "-m",
-                "accelerate.commands.launch",
-                "--multi_gpu",
-                f"--num_processes={ranks}",
-                "--num_machines=1",
-                "--mixed_precision=no",
-                "--dynamo_backend=no",
-                "--main_process_port=0",
-            ]
+            commands = node_agents(nodes, ranks // nodes)
+            what = f"{nodes} torchrun agents (nodes) with {ranks // nodes} ranks each"
         else:
-            raise ValueError(f"launcher must be one of {LAUNCHERS}, not {launcher!r}")
+            commands, what = [one_node(launcher, ranks)], f"{launcher} with {ranks} ranks"
         env = {
             **os.environ,
             **fixtures.CPU_ENVIRONMENT,
@@ -263,12 +250,8 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1)
             "PYTHONWARNINGS": "ignore",
             **(engines.environment(engine) if engine is not None else {}),
         }
-        what = f"{launcher} with {ranks} ranks{f' ({engine.name})' if engine else ''}"
-        if nodes > 1:
-            what = f"{nodes} torchrun agents (nodes) with {ranks // nodes} ranks each"
         try:
-            commands = agents if nodes > 1 else [command + module]
-            done = processes.run_together(commands, timeout, env=env, cwd=cwd)
+            done = processes.run_together([command + module for command in commands], timeout, env=env, cwd=cwd)
         except TimeoutError as error:
             raise RuntimeError(f"{what} timed out: {error}") from None
         if done.returncode != 0:
@@ -278,6 +261,25 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1)
     finally:
         with processes.deferred_interrupts():  # checkpoints of the resume cases, the results file
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def one_node(launcher, ranks):
+    """The launcher command of a one-node launch, as users type it."""
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    if launcher == "accelerate":
+        return [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            f"--num_processes={ranks}",
+            "--num_machines=1",
+            "--mixed_precision=no",
+            "--dynamo_backend=no",
+            "--main_process_port=0",
+        ]
+    raise ValueError(f"launcher must be one of {LAUNCHERS}, not {launcher!r}")
 
 
 def node_agents(nodes, per_node):
