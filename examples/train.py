@@ -44,10 +44,13 @@ def main(script_args, training_args, model_args):
     # TRL moved these between ModelConfig and SFTConfig across releases: take them where they are.
     dtype = getattr(model_args, "dtype", None) or getattr(model_args, "torch_dtype", None)
     remote_code = getattr(model_args, "trust_remote_code", None) or getattr(training_args, "trust_remote_code", False)
+    # --use_cpu: the model on the CPU too (under torchrun Unsloth would place it on cuda:LOCAL_RANK).
+    placement = {"device_map": {"": "cpu"}} if training_args.use_cpu else {}
     model, tokenizer = FastModel.from_pretrained(
         model_args.model_name_or_path,
         trust_remote_code=remote_code,
         dtype=None if dtype in (None, "auto") else getattr(torch, dtype),
+        **placement,
     )
     if model_args.use_peft:
         model = FastModel.get_peft_model(

@@ -31,6 +31,10 @@ FIELDS = {FIELD: (CHOICES, HELP), NOISE_FIELD: (NOISE_CHOICES, NOISE_HELP)}
 
 
 def validate(value, field=FIELD):
+    """The flag's value, or ValueError. "None" is None: a command line (HfArgumentParser, TrlParser) has no
+    other way to reset a value a YAML config set."""
+    if isinstance(value, str) and value.lower() == "none":
+        return None
     choices = FIELDS[field][0]
     if value not in choices:
         named = " or ".join(f"{c!r}" for c in choices if c is not None)

@@ -49,6 +49,10 @@ def test_flags_parse_from_the_command_line(plugin, tmp_path):
     assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
     (default,) = hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), *CPU])
     assert default.diffusion_loss_normalization is None and default.diffusion_noise is None
+    # "None" on the command line resets what a YAML config set (the only way a command line can)
+    reset = ["--diffusion_loss_normalization", "None", "--diffusion_noise", "none"]
+    (again,) = hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), *reset, *CPU])
+    assert again.diffusion_loss_normalization is None and again.diffusion_noise is None
     assert "diffusion_loss_normalization" in hf.format_help()
 
 

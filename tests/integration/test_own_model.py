@@ -275,6 +275,9 @@ def test_set_needs_model_and_key_value(tmp_path):
     (tmp_path / "b").mkdir()
     done = run(["doctor", "--set", "a=1"], tmp_path / "a")
     assert done.returncode == 2 and "--set is for the tiny copy of --model DIR" in one_line(done.stderr)
+    (tmp_path / "c").mkdir()
+    done = run(["doctor", "--trust-remote-code"], tmp_path / "c")
+    assert done.returncode == 2 and "--trust-remote-code is for the code of --model DIR" in one_line(done.stderr)
     done = run(["doctor", "--model", "x", "--set", "novalue"], tmp_path / "b")
     assert done.returncode == 2 and "expected key=value, not 'novalue'" in one_line(done.stderr)
 

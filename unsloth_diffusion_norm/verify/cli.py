@@ -255,6 +255,8 @@ def _own_model(args):
 
     if args.set and not args.model:
         raise Failure("--set is for the tiny copy of --model DIR; give --model too", USAGE)
+    if args.trust_remote_code and not args.model:
+        raise Failure("--trust-remote-code is for the code of --model DIR; give --model too", USAGE)
     if args.model:
         try:
             config = read(args.model)

@@ -123,7 +123,9 @@ def main(argv=None):
     )
     parser.add_argument("--json", help="write every rank's results here")
     args = parser.parse_args(argv)
-    if args.nodes < 1 or any(ranks % args.nodes for ranks in args.ranks):
+    if args.nodes < 1:
+        parser.error(f"--nodes must be at least 1, not {args.nodes}")
+    if any(ranks % args.nodes for ranks in args.ranks):
         parser.error(f"--ranks must be multiples of --nodes {args.nodes}")
     results = []
     for ranks in args.ranks:
