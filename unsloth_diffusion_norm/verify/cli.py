@@ -1,8 +1,8 @@
-"""`unsloth-diffusion-norm`: reproduce (before / after / reference table), status, doctor, bench.
+"""`unsloth-diffusion-norm`: reproduce (before / after / reference table), status, doctor, bench, impact.
 
 Exit status, every command: 0 done (doctor, reproduce: the fix holds here); 1 doctor, reproduce: this stack
 is affected and not fixed, or the check failed; 2 a bad command line, a `--model DIR` the self-check cannot
-run on, or an Unsloth release the plugin does not support; 3 Unsloth is not installed or cannot be imported;
+run on, an Unsloth release the plugin does not support, or `impact` input it cannot use; 3 Unsloth is not installed or cannot be imported;
 4 an output file could not be written; 130 interrupted. An error is one line on stderr; `doctor --json` prints its JSON report whatever happens.
 """
 
@@ -143,7 +143,55 @@ def _parser():
     bench.add_argument("--no-ddp", action="store_true", help="skip the 2-rank collective count")
     bench.add_argument("--json", type=_writable, help="also write the measurements here")
     bench.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
+    _impact_options(commands)
     return parser
+
+
+def _eps(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), not {text!r}")
+    return value
+
+
+def _max_length(text):
+    return None if text.lower() == "none" else _positive_int(text)
+
+
+def _impact_options(commands):
+    impact = commands.add_parser(
+        "impact",
+        help="how much per-micro-batch normalization moved your run's loss weight, from your data and settings",
+        description="The share of loss weight per-micro-batch normalization (Unsloth 2026.10.4-.6) moves per "
+        "optimizer step, on your own data and settings, with no model: maskable counts as the trainer makes them, "
+        "then a Monte Carlo of the noise. Settings come from --config (a training YAML such as "
+        "examples/train.yaml), then the options; the trainer's defaults otherwise.",
+    )
+    impact.add_argument(
+        "--data", help="JSON-lines file or datasets.save_to_disk folder (default: the config's dataset_name)"
+    )
+    impact.add_argument("--split", help="the split of a saved DatasetDict (default: dataset_train_split, or train)")
+    impact.add_argument(
+        "--tokenizer", metavar="DIR", help="local tokenizer folder (default: the config's model_name_or_path)"
+    )
+    impact.add_argument("--config", metavar="FILE", help="the training script's YAML config; the options override it")
+    impact.add_argument("--per-device-train-batch-size", type=_positive_int, help="default 8 (Trainer's)")
+    impact.add_argument("--gradient-accumulation-steps", type=_positive_int, help="default 1 (Trainer's)")
+    impact.add_argument("--world-size", type=_positive_int, help="data-parallel ranks (default 1)")
+    impact.add_argument("--diffusion-eps", type=_eps, help="noise floor, p_mask = (1-eps)·t + eps (default 0.001)")
+    impact.add_argument("--max-length", type=_max_length, help="TRL's truncation length, or none (default 1024)")
+    impact.add_argument("--seed", type=_seed, help="the run's seed: decides the sampler's order (default 42)")
+    impact.add_argument(
+        "--per-sample-noise",
+        action="store_true",
+        help="the share under diffusion_noise='per_sample' (every row its own t) instead of the global RNG",
+    )
+    impact.add_argument("--draws", type=_positive_int, help="optimizer steps to draw (default 20000)")
+    impact.add_argument("--json", type=_writable, help="also write the results here as JSON")
+    impact.add_argument("--plot", type=_writable, help="PNG of the weight by noise level and answer length")
 
 
 def _quiet_imports():
@@ -361,13 +409,93 @@ def _bench(args):
     return DONE
 
 
-COMMANDS = {"status": _status, "doctor": _doctor, "reproduce": _reproduce, "bench": _bench}
+def _impact_settings(args):
+    """(settings, data, tokenizer, split): the config's keys, then the options, then the trainer's defaults."""
+    from .impact import Settings, Unusable, read_config
+
+    try:
+        config = read_config(args.config) if args.config else {}
+    except Unusable as error:
+        raise Failure(str(error), USAGE) from None
+    fields = set(Settings.__dataclass_fields__)
+    chosen = {k: v for k, v in config.items() if k in fields}
+    options = {
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "world_size": args.world_size,
+        "diffusion_eps": args.diffusion_eps,
+        "seed": args.seed,
+    }
+    chosen.update({k: v for k, v in options.items() if v is not None})
+    if args.max_length is not None or "--max-length" in (args.argv or ()):
+        chosen["max_length"] = args.max_length
+    if chosen.get("diffusion_eps") is None:
+        chosen.pop("diffusion_eps", None)  # the YAML's null: the profile's default
+    data = args.data or config.get("dataset_name")
+    tokenizer = args.tokenizer or config.get("tokenizer_name_or_path") or config.get("model_name_or_path")
+    if not data:
+        raise Failure("give --data FILE (or a --config with dataset_name)", USAGE)
+    if not tokenizer:
+        raise Failure("give --tokenizer DIR (or a --config with model_name_or_path)", USAGE)
+    try:
+        settings = Settings(**chosen).check()
+    except (TypeError, Unusable) as error:
+        raise Failure(f"{args.config}: {error}" if args.config else str(error), USAGE) from None
+    return settings, data, tokenizer, args.split or config.get("dataset_train_split") or "train"
+
+
+def _impact(args):
+    from . import impact
+    from .bench import Progress, can_plot
+
+    settings, data, tokenizer, split = _impact_settings(args)
+    if args.plot and not can_plot():
+        raise Failure("--plot needs matplotlib: pip install 'unsloth-diffusion-norm[bench]'", USAGE)
+
+    class Said(Progress):
+        def _emit(self, text):
+            self.last = __import__("time").monotonic()
+            self.write(f"impact [{self.last - self.started:4.0f} s] {text}")
+
+    with Said(lambda line: print(line, file=sys.stderr, flush=True), every=5.0) as progress:
+        try:
+            found = impact.run(
+                data,
+                tokenizer,
+                settings,
+                draws=args.draws or impact.DRAWS,
+                global_rng=not args.per_sample_noise,
+                split=split,
+                log=progress.say,
+            )
+        except impact.Unusable as error:
+            raise Failure(str(error), USAGE) from None
+        progress.say("done")
+    print(impact.render(found))
+    for path, write in ((args.json, _write_json), (args.plot, impact.plot)):
+        if path:
+            try:
+                write(found, path)
+            except OSError as error:
+                raise Failure(f"cannot write {path!r}: {error.strerror}", UNWRITABLE) from None
+    return DONE
+
+
+def _write_json(found, path):
+    from .impact import as_json
+
+    with open(path, "w") as f:
+        json.dump(_finite(as_json(found)), f, indent=1)
+
+
+COMMANDS = {"status": _status, "doctor": _doctor, "reproduce": _reproduce, "bench": _bench, "impact": _impact}
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = _parser().parse_args(argv)
+        args.argv = argv
     except Failure as failure:
         print(failure, file=sys.stderr)
         if argv[:1] == ["doctor"] and "--json" in argv:  # its JSON comes whatever happens

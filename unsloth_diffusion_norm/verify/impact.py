@@ -1,0 +1,781 @@
+"""`unsloth-diffusion-norm impact`: how much per-micro-batch normalization moved a run's loss weight, from
+its data and settings alone (no model).
+
+In one optimizer step (k micro-batches per rank, W ranks) micro-batch g on rank r has N realized masked
+tokens. Per-micro-batch normalization (Unsloth 2026.10.4-.6: Trainer divides by k, DDP averages over W)
+gives a masked token the weight (1/p) / (k·W·N); the window (NVIDIA's) gives (1/p) / ΣN. Their ratio is
+ρ = N̄ / N, and the share of the step's loss weight that lands elsewhere is the total-variation distance
+½ Σ |1/(k·W) − N/ΣN| (a micro-batch without a masked token loses its whole 1/(k·W)).
+
+The counts follow the release's pipeline: TRL's dataset preparation (EOS appended, completion mask,
+max_length truncation, rows left without a supervised token dropped), the Trainer's seeded sampler and
+accelerate's round-robin deal of micro-batches to ranks, right padding to the micro-batch's longest row,
+and the response mask plus the EOS tail of rows that have a response (unsloth_diffusion_norm/noise.py).
+Given the row's noise level t, the per-token draw makes a row's count Binomial(maskable, (1-eps)·t + eps),
+so the Monte Carlo draws t and that binomial; `exact_share` gives the expectation for equal-length answers
+by a sum over binomial counts with Gauss-Legendre quadrature over t, which the tests hold the estimate to.
+"""
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile: the printed confidence interval
+NOISE_BINS = 10  # equal-width bins of t over [0, 1)
+PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
+DRAWS = 20_000  # at least this many optimizer steps are drawn (whole passes over the epoch's steps)
+
+
+class Unusable(ValueError):
+    """Input impact cannot work from; the message is one line for the user."""
+
+
+# ----------------------------------------------------------------------------------------- settings
+
+
+@dataclass
+class Settings:
+    """The run's settings that decide the counts. Defaults are the trainer's own: transformers'
+    TrainingArguments (batch 8, accumulation 1, seed 42), TRL's SFTConfig (max_length 1024, keep_start),
+    the Nemotron profile's diffusion_eps (1e-3)."""
+
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    world_size: int = 1
+    diffusion_eps: float = 1e-3
+    max_length: int | None = 1024
+    seed: int = 42
+    data_seed: int | None = None
+    truncation_mode: str = "keep_start"
+    completion_only_loss: bool | None = None
+    assistant_only_loss: bool = False
+    dataset_text_field: str = "text"
+    pad_to_multiple_of: int | None = None
+    shuffle_dataset: bool = False
+    dataloader_drop_last: bool = False
+    train_sampling_strategy: str = "random"
+    dataset_num_proc: int | None = None
+
+    def check(self):
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise Unusable(f"{name} must be a whole number of at least 1, not {value!r}")
+        for name in ("max_length", "pad_to_multiple_of"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise Unusable(f"{name} must be a whole number of at least 1 (or none), not {value!r}")
+        eps = self.diffusion_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+            raise Unusable(f"diffusion_eps must be a number in [0, 1), not {eps!r}")
+        if self.truncation_mode not in ("keep_start", "keep_end"):
+            raise Unusable(f"truncation_mode must be 'keep_start' or 'keep_end', not {self.truncation_mode!r}")
+        if self.train_sampling_strategy not in ("random", "sequential"):
+            raise Unusable(
+                f"train_sampling_strategy={self.train_sampling_strategy!r} is not modelled "
+                "(impact knows 'random', the default, and 'sequential')"
+            )
+        return self
+
+
+# The keys of a training YAML (examples/train.yaml) impact reads; every other key is the script's business.
+CONFIG_KEYS = {f.name for f in dataclasses.fields(Settings)} | {
+    "dataset_name",
+    "dataset_train_split",
+    "model_name_or_path",
+    "tokenizer_name_or_path",
+}
+
+
+def read_config(path):
+    """The keys impact reads from a training YAML (or JSON) config, as a dict."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            loaded = yaml.safe_load(f)
+    except OSError as error:
+        raise Unusable(f"cannot read the config {path!r}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise Unusable(f"the config {path!r} is not YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(loaded, dict):
+        raise Unusable(f"the config {path!r} is not a mapping of settings")
+    return {k: v for k, v in loaded.items() if k in CONFIG_KEYS}
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def load_rows(path, split="train"):
+    """The run's data as an in-memory datasets.Dataset: a JSON-lines file, or a folder written by
+    `save_to_disk` (a DatasetDict gives `split`). In memory, so that preparing it writes no cache files."""
+    import datasets
+
+    if not os.path.exists(path):
+        raise Unusable(f"no such file or folder: {path!r}")
+    if os.path.isdir(path):
+        try:
+            loaded = datasets.load_from_disk(path, keep_in_memory=True)
+        except (FileNotFoundError, ValueError, OSError) as error:
+            raise Unusable(f"{path!r} is not a folder datasets.load_from_disk reads: {error}") from None
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise Unusable(f"{path!r} has no split {split!r} (it has {', '.join(loaded)})")
+            loaded = loaded[split]
+        rows = loaded
+    else:
+        records, at = [], 0
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    at += 1
+                    if line.strip():
+                        record = json.loads(line)
+                        if not isinstance(record, dict):
+                            raise ValueError("not a JSON object")
+                        records.append(record)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise Unusable(f"{path!r} line {at}: not a JSON-lines row ({error})") from None
+        except OSError as error:
+            raise Unusable(f"cannot read {path!r}: {error.strerror}") from None
+        if not records:
+            raise Unusable(f"{path!r} has no rows")
+        try:
+            rows = datasets.Dataset.from_list(records)
+        except Exception as error:  # noqa: BLE001 - arrow's many refusals of mixed rows: one line
+            raise Unusable(f"{path!r}: rows datasets cannot hold together ({type(error).__name__})") from None
+    if len(rows) == 0:
+        raise Unusable(f"{path!r} has no rows")
+    return rows
+
+
+def _data_format(columns, settings):
+    if "input_ids" in columns:
+        return "tokenized"
+    if "prompt" in columns and "completion" in columns:
+        return "prompt-completion"
+    if "messages" in columns or "conversations" in columns:
+        return "messages"
+    if settings.dataset_text_field in columns:
+        return "text"
+    raise Unusable(
+        f"the rows have columns {', '.join(sorted(columns)) or 'none'}; impact reads prompt/completion, messages, "
+        f"{settings.dataset_text_field!r} (dataset_text_field) or already tokenized input_ids rows"
+    )
+
+
+def load_tokenizer(path):
+    """A local tokenizer folder (never downloaded); it must have an EOS token, as the trainer needs."""
+    if not os.path.isdir(path):
+        raise Unusable(f"the tokenizer must be a local folder; {path!r} is not one")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - whatever transformers raises, one line
+        raise Unusable(
+            f"cannot load a tokenizer from {path!r}: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        ) from None
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor: its tokenizer
+    if tokenizer.eos_token is None:
+        raise Unusable(f"the tokenizer in {path!r} has no EOS token (the trainer appends one to every answer)")
+    return tokenizer
+
+
+@dataclass
+class Prepared:
+    """Per training row, in the trainer's dataset order: its length and its supervised tokens (labels
+    other than -100), after TRL's preparation."""
+
+    length: np.ndarray
+    supervised: np.ndarray
+    route: str  # which code prepared it ("TRL's _prepare_dataset" or the batched equivalent)
+
+
+def prepare(rows, tokenizer, settings):
+    """TRL's SFTTrainer dataset preparation, reduced to (length, supervised) per row. Plain
+    prompt/completion strings and tokenized rows take a batched route with TRL's rules (tokenizing each
+    row through `Dataset.map` costs ~0.6 ms a row; tests/integration/test_impact.py holds both routes
+    equal); messages and text rows go through TRL's own `_prepare_dataset`."""
+    columns = set(rows.column_names)
+    kind = _data_format(columns, settings)
+    first = rows[0]
+    only_completion = settings.completion_only_loss
+    if only_completion is None:  # SFTTrainer's rule, on the dataset as given
+        only_completion = "prompt" in first and "completion" in first
+    if kind == "prompt-completion" and isinstance(first["prompt"], str) and settings.dataset_text_field not in columns:
+        length, supervised = _prompt_completion(rows, tokenizer, only_completion)
+        route = "batched"
+    elif kind == "tokenized":
+        length, supervised = _tokenized(rows, only_completion)
+        route = "batched"
+    else:
+        length, supervised = _trl_route(rows, tokenizer, settings, only_completion)
+        return _finish(length, supervised, settings, "TRL's _prepare_dataset", shuffled=True)
+    return _finish(*_truncated(length, supervised, settings), settings, route)
+
+
+def _finish(length, supervised, settings, route, shuffled=False):
+    length, supervised = np.asarray(length, dtype=np.int64), np.asarray(supervised, dtype=np.int64)
+    if settings.max_length is not None:  # TRL drops rows truncation left without a supervised token
+        keep = supervised > 0
+        length, supervised = length[keep], supervised[keep]
+    if settings.shuffle_dataset and not shuffled:  # SFTTrainer shuffles the prepared dataset with the run's seed
+        import datasets
+
+        order = datasets.Dataset.from_dict({"i": np.arange(len(length))}).shuffle(seed=settings.seed)["i"]
+        length, supervised = length[np.asarray(order)], supervised[np.asarray(order)]
+    if len(length) == 0 or not supervised.any():
+        raise Unusable("no usable rows: after preparation no row has a supervised (answer) token")
+    return Prepared(length, supervised, route)
+
+
+def _prompt_completion(rows, tokenizer, only_completion):
+    """TRL's tokenize_fn for non-conversational prompt/completion rows, batched: EOS appended to the
+    completion unless it ends with one; the completion starts where the tokenized prompt and the tokenized
+    prompt+completion diverge (trl.data_utils.common_prefix_length)."""
+    prompts, completions = list(rows["prompt"]), list(rows["completion"])
+    if not all(isinstance(p, str) for p in prompts) or not all(isinstance(c, str) for c in completions):
+        raise Unusable("prompt and completion must be strings in every row (or messages in every row)")
+    eos = tokenizer.eos_token
+    whole = [p + (c if c.endswith(eos) else c + eos) for p, c in zip(prompts, completions)]
+    prompt_ids = tokenizer(prompts)["input_ids"]
+    whole_ids = tokenizer(whole)["input_ids"]
+    length = np.fromiter((len(ids) for ids in whole_ids), dtype=np.int64, count=len(whole_ids))
+    prompt_length = np.empty_like(length)
+    for i, (p, w) in enumerate(zip(prompt_ids, whole_ids)):
+        n = len(p)
+        if w[:n] == p:
+            prompt_length[i] = n
+        else:
+            common = 0
+            for a, b in zip(p, w):
+                if a != b:
+                    break
+                common += 1
+            prompt_length[i] = common
+    if not only_completion:
+        return length, length
+    return length, prompt_length  # (length, prompt length): _truncated turns it into supervised counts
+
+
+def _tokenized(rows, only_completion):
+    """TRL's build_labels on tokenized rows: `labels` as given, otherwise input_ids masked by
+    completion_mask (with completion_only_loss) and assistant_masks."""
+    import pyarrow.compute as pc
+
+    table = rows.data.table if hasattr(rows.data, "table") else rows.data
+    length = np.asarray(pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False), np.int64)
+    names = rows.column_names
+    if "labels" in names:
+        masks = [np.asarray(pc.list_flatten(table.column("labels")).to_numpy(zero_copy_only=False)) != -100]
+    else:
+        masks = []
+        if only_completion and "completion_mask" in names:
+            masks.append(np.asarray(pc.list_flatten(table.column("completion_mask")).to_numpy(zero_copy_only=False)))
+        if "assistant_masks" in names:
+            masks.append(np.asarray(pc.list_flatten(table.column("assistant_masks")).to_numpy(zero_copy_only=False)))
+    flat = np.ones(int(length.sum()), dtype=bool)
+    for mask in masks:
+        if len(mask) != len(flat):
+            raise Unusable("every row's masks must be as long as its input_ids")
+        flat &= mask.astype(bool)
+    return length, flat  # per-token supervision: _truncated counts it inside the kept slice
+
+
+def _truncated(length, supervised, settings):
+    """(length, supervised count) per row after TRL's max_length truncation. `supervised` is either a
+    per-token flag array (tokenized rows) or, with length, the prompt length of prompt/completion rows
+    (then the supervised tokens are the suffix after it)."""
+    limit = settings.max_length
+    kept = length if limit is None else np.minimum(length, limit)
+    keep_end = settings.truncation_mode == "keep_end"
+    if supervised.dtype == bool:  # per-token flags, rows concatenated
+        ends = np.cumsum(length)
+        starts = ends - length
+        lo = ends - kept if keep_end else starts
+        before = np.concatenate([[0], np.cumsum(supervised, dtype=np.int64)])
+        return kept, before[lo + kept] - before[lo]
+    if supervised is length:  # every token supervised
+        return kept, kept
+    prompt = supervised
+    if keep_end:  # the last `kept` tokens: the completion's tail
+        return kept, np.minimum(length - prompt, kept)
+    return kept, np.maximum(kept - prompt, 0)
+
+
+def _trl_route(rows, tokenizer, settings, only_completion):
+    """TRL's own SFTTrainer._prepare_dataset, on an instance that holds only what it reads (no model)."""
+    import types
+
+    from trl import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
+
+    defaults = {f.name: f.default for f in dataclasses.fields(SFTConfig) if f.default is not dataclasses.MISSING}
+    args = types.SimpleNamespace(**{**defaults, **dataclasses.asdict(settings)})
+    args.packing = False
+    holder = SFTTrainer.__new__(SFTTrainer)
+    holder._tokenizer, holder.processing_class = tokenizer, tokenizer
+    holder.chat_template, holder.completion_only_loss, holder.args = None, only_completion, args
+    import datasets
+
+    progress_bars = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        prepared = holder._prepare_dataset(rows, tokenizer, args, False, None, "train")
+    except Unusable:
+        raise
+    except Exception as error:  # noqa: BLE001 - a row TRL cannot prepare (no chat template, ...): one line
+        raise Unusable(
+            f"TRL cannot prepare these rows: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        ) from None
+    finally:
+        if progress_bars:
+            datasets.enable_progress_bars()
+    labels = prepared["labels"] if "labels" in prepared.column_names else None
+    length = np.array([len(ids) for ids in prepared["input_ids"]], dtype=np.int64)
+    if labels is None:  # an older TRL: the collator masks with completion_mask
+        masks = prepared["completion_mask"] if only_completion and "completion_mask" in prepared.column_names else None
+        supervised = np.array([sum(m) for m in masks]) if masks is not None else length
+    else:
+        supervised = np.array([sum(1 for label in row if label != -100) for row in labels], dtype=np.int64)
+    return length, supervised
+
+
+# ------------------------------------------------------------------------------------------ batching
+
+
+def micro_batches(count, settings):
+    """The epoch's micro-batches of every rank, as lists of row indices: the Trainer's sampler
+    (accelerate's SeedableRandomSampler, seeded with data_seed or seed; epoch 0) cut into
+    per_device_train_batch_size batches and dealt round-robin to the ranks by accelerate's
+    BatchSamplerShard (rank r gets global batches r, r+W, ...; the last ones filled from the start)."""
+    import torch
+    from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    indices = range(count)
+    if settings.train_sampling_strategy == "sequential":
+        sampler = SequentialSampler(indices)
+    else:
+        seed = settings.seed if settings.data_seed is None else settings.data_seed
+        sampler = SeedableRandomSampler(indices, generator=torch.Generator(), data_seed=seed)
+    batches = BatchSampler(sampler, settings.per_device_train_batch_size, settings.dataloader_drop_last)
+    if settings.world_size == 1:
+        return [list(batches)]
+    order = list(batches)  # one pass of the seeded sampler, as every rank makes it
+
+    class Again:  # the same pass for every rank's shard
+        batch_size, drop_last = batches.batch_size, batches.drop_last
+
+        def __iter__(self):
+            return iter(order)
+
+        def __len__(self):
+            return len(order)
+
+    return [
+        list(BatchSamplerShard(Again(), num_processes=settings.world_size, process_index=r, even_batches=True))
+        for r in range(settings.world_size)
+    ]
+
+
+@dataclass
+class Layout:
+    """The epoch's rows as the steps see them. Rows: maskable count, answer (supervised) length, the
+    micro-batch they sit in and their noise slot (step, position in the window, row in the micro-batch:
+    what every rank draws alike under the global RNG). Micro-batches: their step. Steps: micro-batches per
+    rank (k, the last window may be partial)."""
+
+    maskable: np.ndarray
+    answer: np.ndarray
+    micro_batch: np.ndarray
+    slot: np.ndarray
+    step_of_micro_batch: np.ndarray
+    k: np.ndarray
+    world_size: int
+    batch_size: int
+    accumulation: int
+
+    @property
+    def steps(self):
+        return len(self.k)
+
+
+def layout(prepared, settings, batches=None):
+    """Rows grouped into micro-batches and optimizer steps, with each row's maskable count: its
+    supervised tokens plus, when it has any, the padding tail up to the micro-batch's longest row
+    (rounded up to pad_to_multiple_of): EOS-filled, attended and maskable."""
+    batches = micro_batches(len(prepared.length), settings) if batches is None else batches
+    accumulation, world = settings.gradient_accumulation_steps, len(batches)
+    per_rank = len(batches[0])
+    if per_rank == 0:
+        raise Unusable("no usable rows: not one full micro-batch (dataloader_drop_last drops them all)")
+    steps = -(-per_rank // accumulation)
+    k = np.array([min(accumulation, per_rank - s * accumulation) for s in range(steps)], dtype=np.int64)
+    maskable, answer, micro_batch, slot = [], [], [], []
+    multiple = settings.pad_to_multiple_of or 1
+    for r, rank_batches in enumerate(batches):
+        for position, rows in enumerate(rank_batches):
+            step, g = divmod(position, accumulation)
+            rows = np.asarray(rows, dtype=np.int64)
+            length, supervised = prepared.length[rows], prepared.supervised[rows]
+            padded = -(-int(length.max()) // multiple) * multiple
+            maskable.append(np.where(supervised > 0, supervised + padded - length, 0))
+            answer.append(supervised)
+            index = (step * accumulation + g) * world + r  # micro-batches ordered step by step
+            micro_batch.append(np.full(len(rows), index))
+            slot.append((step * accumulation + g) * settings.per_device_train_batch_size + np.arange(len(rows)))
+    order_step = np.repeat(np.arange(steps), k * world)
+    return Layout(
+        maskable=np.concatenate(maskable),
+        answer=np.concatenate(answer),
+        micro_batch=_dense(np.concatenate(micro_batch)),
+        slot=np.concatenate(slot),
+        step_of_micro_batch=order_step,
+        k=k,
+        world_size=world,
+        batch_size=settings.per_device_train_batch_size,
+        accumulation=accumulation,
+    )
+
+
+def _dense(ids):
+    """Micro-batch ids renumbered 0..M-1 in their (step, position, rank) order."""
+    _, dense = np.unique(ids, return_inverse=True)
+    return dense
+
+
+# ------------------------------------------------------------------------------------------ the math
+
+
+def rho(count, total, k, world):
+    """ρ of a micro-batch with `count` masked tokens in a step with `total` over k·world micro-batches:
+    its per-micro-batch weight (1/p)/(k·W·N) over the window's (1/p)/ΣN. Inf where count is 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return total / (k * world * count)
+
+
+def moved_share(count, total, k, world, rho=rho):
+    """Per step: ½ Σ |1/(k·W) − N/ΣN| over its micro-batches, written through ρ (the per-micro-batch weight
+    of a micro-batch's tokens is ρ·N/ΣN; an empty micro-batch loses its 1/(k·W)); 0 for a step with no
+    masked token. Arrays over micro-batches; returns the per-micro-batch terms (summed by the caller)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        window = np.where(total > 0, count / total, 0.0)
+        r = rho(count, total, k, world)
+        per_micro_batch = np.where(count > 0, r * window, 0.0)
+        lost = np.where((count == 0) & (total > 0), 1.0 / (k * world), 0.0)
+    return 0.5 * (np.abs(per_micro_batch - window) + lost)
+
+
+@dataclass
+class Estimate:
+    share: float
+    low: float
+    high: float
+    draws: int  # optimizer steps drawn
+    percentiles: dict  # ρ over masked tokens
+    noise_bins: list  # rows: (low t, high t, E[ρ], window share, per-micro-batch share, masked tokens per step)
+    length_bins: list  # the same by answer length
+    distinct_global: float  # noise levels per optimizer step (mean): every rank alike
+    distinct_per_sample: float
+    steps: int
+    micro_batches_per_step: int
+    settings: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+
+    def verdict(self):
+        pct = 100 * self.share
+        if self.micro_batches_per_step == 1:
+            return "one micro-batch per step: both normalizations are the same; nothing moved, no need to retrain."
+        worst = max(self.noise_bins, key=lambda b: b[2]) if self.noise_bins else None
+        where = (
+            f"; tokens at noise level {worst[0]:.1f}-{worst[1]:.1f} got {worst[2]:.2f}x their weight" if worst else ""
+        )
+        if pct < 1:
+            words = (
+                "negligible: the run is close to what NVIDIA's normalization trains; retraining is unlikely to matter"
+            )
+        elif pct < 5:
+            words = "small: a mild re-weighting; retrain only if you need the reference recipe exactly"
+        elif pct < 15:
+            words = "noticeable: the run trained with a different time and length weighting; consider retraining"
+        else:
+            words = "large: a substantially different objective; retrain with the plugin (window normalization)"
+        return f"{pct:.1f} % of each step's loss weight moved ({words}){where}."
+
+
+def _chunks(total, size):
+    while total > 0:
+        yield min(total, size)
+        total -= size
+
+
+def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progress=None):
+    """Monte Carlo over whole passes of the epoch's steps (at least `draws` steps): t per row (shared by
+    every rank's row in the same slot under the global RNG: transformers seeds every rank alike), then the
+    row's count ~ Binomial(maskable, (1-eps)·t + eps) (per-token draws independent given t)."""
+    rng = np.random.default_rng(seed)
+    steps, world = layout.steps, layout.world_size
+    passes = max(1, -(-draws // steps))
+    mb_step = layout.step_of_micro_batch
+    n_mb = len(mb_step)
+    k_of_mb = layout.k[mb_step]
+    row_step = mb_step[layout.micro_batch]
+    slots, slot_index = np.unique(layout.slot, return_inverse=True)
+    answer_edges = _length_edges(layout.answer[layout.maskable > 0])
+    answer_bin = np.clip(np.searchsorted(answer_edges, layout.answer, side="right") - 1, 0, len(answer_edges) - 2)
+    sums = {name: 0.0 for name in ("share", "share2")}
+    noise = np.zeros((4, NOISE_BINS))  # Σ N·ρ, Σ N, Σ window weight, Σ per-micro-batch weight
+    length = np.zeros((4, len(answer_edges) - 1))
+    rho_values, rho_weights = [], []
+    chunk = max(1, 2_000_000 // max(1, len(layout.maskable)))
+    done = 0
+    for size in _chunks(passes, chunk):
+        t = rng.random((size, len(slots) if global_rng else len(layout.maskable)))
+        t = t[:, slot_index] if global_rng else t
+        counts = rng.binomial(layout.maskable, (1 - eps) * t + eps)
+        mb_counts = _sum_by(counts, layout.micro_batch, n_mb)
+        totals = _sum_by(mb_counts, mb_step, steps)
+        per_mb_total = totals[:, mb_step]
+        terms = moved_share(mb_counts, per_mb_total, k_of_mb, world, rho=rho)
+        step_share = _sum_by(terms, mb_step, steps)
+        sums["share"] += step_share.sum()
+        sums["share2"] += (step_share**2).sum()
+        r = rho(mb_counts, per_mb_total, k_of_mb, world)
+        nonempty = mb_counts > 0
+        rho_values.append(r[nonempty])
+        rho_weights.append(mb_counts[nonempty])
+        row_rho = np.where(counts > 0, r[:, layout.micro_batch], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            row_window = np.where(counts > 0, counts / per_mb_total[:, layout.micro_batch], 0.0)
+        row_per_mb = row_rho * row_window
+        tbin = np.minimum((t * NOISE_BINS).astype(np.int64), NOISE_BINS - 1)
+        for table, bins in ((noise, tbin), (length, np.broadcast_to(answer_bin, t.shape))):
+            nb = table.shape[1]
+            flat = bins.ravel()
+            for row, values in enumerate((counts * row_rho, counts, row_window, row_per_mb)):
+                table[row] += np.bincount(flat, weights=values.ravel(), minlength=nb)[:nb]
+        done += size
+        if progress is not None:
+            progress(done, passes)
+    count = passes * steps
+    mean = sums["share"] / count
+    variance = max(0.0, sums["share2"] / count - mean**2) * count / max(1, count - 1)
+    half = Z95 * math.sqrt(variance / count)
+    values, weights = np.concatenate(rho_values), np.concatenate(rho_weights)
+    return Estimate(
+        share=mean,
+        low=mean - half,
+        high=mean + half,
+        draws=count,
+        percentiles=_weighted_percentiles(values, weights),
+        noise_bins=_bins(noise, np.linspace(0, 1, NOISE_BINS + 1), count),
+        length_bins=_bins(length, answer_edges, count),
+        distinct_global=_distinct(layout, row_step, True),
+        distinct_per_sample=_distinct(layout, row_step, False),
+        steps=steps,
+        micro_batches_per_step=int(layout.accumulation * world),
+    )
+
+
+def _sum_by(values, groups, count):
+    """values [draws, n] summed over columns by `groups` (length n) into [draws, count]."""
+    draws = values.shape[0]
+    flat = (np.arange(draws)[:, None] * count + groups[None, :]).ravel()
+    return np.bincount(flat, weights=values.ravel().astype(float), minlength=draws * count).reshape(draws, count)
+
+
+def _length_edges(answers):
+    """Answer-length bins at powers of two (1, 2-3, 4-7, ...), up to the longest answer."""
+    top = int(answers.max()) if len(answers) else 1
+    edges = [1]
+    while edges[-1] <= top:
+        edges.append(edges[-1] * 2)
+    return np.array(edges, dtype=np.int64)
+
+
+def _bins(table, edges, draws):
+    rows = []
+    for i in range(table.shape[1]):
+        if table[1, i] > 0:
+            rows.append(
+                (
+                    float(edges[i]),
+                    float(edges[i + 1]),
+                    table[0, i] / table[1, i],
+                    table[2, i] / draws,
+                    table[3, i] / draws,
+                    table[1, i] / draws,
+                )
+            )
+    return rows
+
+
+def _weighted_percentiles(values, weights):
+    order = np.argsort(values, kind="stable")
+    values, cumulative = values[order], np.cumsum(weights[order])
+    out = {}
+    for q in PERCENTILES:
+        at = np.searchsorted(cumulative, q / 100 * cumulative[-1], side="left")
+        out[q] = float(values[min(at, len(values) - 1)])
+    return out
+
+
+def _distinct(layout, row_step, global_rng):
+    """Mean number of distinct noise levels the masked tokens of an optimizer step come from: one per row
+    with a maskable token; under the global RNG the rows in the same slot on every rank share one."""
+    has = layout.maskable > 0
+    keys = layout.slot[has] if global_rng else np.flatnonzero(has)
+    pairs = np.unique(np.stack([row_step[has], keys]), axis=1)
+    return float(np.bincount(pairs[0], minlength=layout.steps).mean())
+
+
+def exact_share(k, world, maskable, eps, global_rng=True):
+    """E[½ Σ |1/(k·W) − N/ΣN|] for one step of k micro-batches per rank on W ranks, batch size 1, every
+    answer with `maskable` tokens; t ~ U(0, 1) per row, shared by the W ranks' rows of a slot under the
+    global RNG; N | t ~ Binomial(maskable, (1-eps)·t + eps). Exact up to round-off: the binomial pmf is a
+    polynomial of degree `maskable` in t and Gauss-Legendre with Q nodes integrates degree 2Q-1 exactly.
+    By symmetry the sum is n = k·W times the term of one micro-batch, whose count a comes with the rest
+    b = its W-1 partners (same t under the global RNG) plus the other k-1 slots (own t each)."""
+    n = k * world
+    partners = world - 1 if global_rng else 0
+    group = world if global_rng else 1
+    others = (k - 1) if global_rng else (n - 1)
+    nodes, weights = np.polynomial.legendre.leggauss(max(8, (group * maskable) // 2 + 2))
+    t, w = (nodes + 1) / 2, weights / 2
+    a = np.arange(maskable + 1)
+    p = ((1 - eps) * t + eps)[:, None]
+    choose = np.array([math.comb(maskable, i) for i in a], dtype=float)
+    pmf = choose * p**a * (1 - p) ** (maskable - a)  # [Q, m+1]: Binomial(maskable, p) at each node
+    slot = sum(wq * _power(pq, group) for wq, pq in zip(w, pmf))  # one slot's total over its ranks
+    rest = _power(slot, others)
+    a = a[:, None]
+    expected = 0.0
+    for wq, pq in zip(w, pmf):
+        b_dist = np.convolve(_power(pq, partners), rest)
+        b = np.arange(len(b_dist))[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            term = np.where(a + b > 0, np.abs(1 / n - a / (a + b)), 0.0)
+        expected += wq * (pq[:, None] * b_dist[None, :] * term).sum()
+    return 0.5 * n * expected
+
+
+def _power(pmf, times):
+    out = np.array([1.0])
+    for _ in range(times):
+        out = np.convolve(out, pmf)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- reporting
+
+
+def render(found):
+    e, s = found, found.settings
+    lines = [
+        f"data: {e.data.get('rows')} rows ({e.data.get('route')}), {e.data.get('examples')} training examples, "
+        f"answers {e.data.get('answer_min')}-{e.data.get('answer_max')} tokens (median {e.data.get('answer_median')}); "
+        f"batch {s['per_device_train_batch_size']} x accumulation {s['gradient_accumulation_steps']} x world "
+        f"{s['world_size']}, eps {s['diffusion_eps']}, max_length {s['max_length']}, seed {s['seed']}",
+        f"{e.steps} optimizer steps per epoch, {e.micro_batches_per_step} micro-batches each; "
+        f"{e.draws} steps drawn ({e.data.get('noise')} noise)",
+        "",
+        f"share of loss weight moved per optimizer step: {100 * e.share:.2f} % "
+        f"(95 % CI {100 * e.low:.2f} - {100 * e.high:.2f} %)",
+        "",
+        "ρ = per-micro-batch weight / window weight, over masked tokens:",
+        "",
+    ]
+    from .tables import markdown
+
+    lines += markdown([f"p{q}" for q in PERCENTILES], [[f"{e.percentiles[q]:.3f}" for q in PERCENTILES]])
+    header = ["E[ρ]", "weight share, window", "weight share, per micro-batch", "masked tokens per step"]
+    lines += ["", "By noise level t (the run's effective time weighting):", ""]
+    lines += markdown(
+        ["t"] + header,
+        [[f"{lo:.1f}-{hi:.1f}", f"{r:.3f}", f"{w:.4f}", f"{m:.4f}", f"{c:.1f}"] for lo, hi, r, w, m, c in e.noise_bins],
+    )
+    lines += ["", "By answer length in tokens (the run's effective length weighting):", ""]
+    lines += markdown(
+        ["answer"] + header,
+        [
+            [f"{int(lo)}-{int(hi) - 1}", f"{r:.3f}", f"{w:.4f}", f"{m:.4f}", f"{c:.1f}"]
+            for lo, hi, r, w, m, c in e.length_bins
+        ],
+    )
+    if s["world_size"] > 1:
+        lines += [
+            "",
+            f"distinct noise levels per optimizer step: {e.distinct_global:.1f} under the global RNG (every rank "
+            f"draws alike), {e.distinct_per_sample:.1f} with per-sample noise (diffusion_noise='per_sample')",
+        ]
+    lines += ["", "verdict: " + e.verdict()]
+    return "\n".join(lines)
+
+
+def as_json(found):
+    out = dataclasses.asdict(found)
+    out["percentiles"] = {f"p{q}": v for q, v in found.percentiles.items()}
+    keys = ("low", "high", "rho", "window_share", "per_micro_batch_share", "masked_tokens_per_step")
+    out["noise_bins"] = [dict(zip(keys, row)) for row in found.noise_bins]
+    out["length_bins"] = [dict(zip(keys, row)) for row in found.length_bins]
+    out["verdict"] = found.verdict()
+    return out
+
+
+def plot(found, path):
+    """Two panels: the share of a step's loss weight by noise level and by answer length, under both
+    normalizations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=90)
+    for axis, bins, label, ticks in (
+        (axes[0], found.noise_bins, "noise level t", lambda lo, hi: f"{lo:.1f}"),
+        (axes[1], found.length_bins, "answer length (tokens)", lambda lo, hi: f"{int(lo)}"),
+    ):
+        x = np.arange(len(bins))
+        axis.bar(x - 0.2, [b[3] for b in bins], 0.4, label="window (NVIDIA)", color="#4c72b0")
+        axis.bar(x + 0.2, [b[4] for b in bins], 0.4, label="per micro-batch (2026.10.4-.6)", color="#dd8452")
+        axis.set_xticks(x, [ticks(b[0], b[1]) for b in bins], fontsize=7)
+        axis.set_xlabel(label)
+        axis.set_ylabel("share of a step's loss weight")
+    axes[0].legend(fontsize=7)
+    figure.suptitle(f"{100 * found.share:.1f} % of the loss weight moved per step", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def run(data, tokenizer, settings, draws=DRAWS, seed=0, global_rng=True, split="train", log=None):
+    """Everything `impact` does, from the paths to the Estimate."""
+    settings.check()
+    say = log or (lambda line: None)
+    rows = load_rows(data, split)
+    say(f"read {len(rows)} rows; loading the tokenizer")
+    tok = load_tokenizer(tokenizer)
+    say("preparing the rows as the trainer does (tokenizing)")
+    prepared = prepare(rows, tok, settings)
+    say(f"{len(prepared.length)} training examples; dealing micro-batches")
+    plan = layout(prepared, settings)
+    say(f"drawing noise over {plan.steps} optimizer steps")
+    found = estimate(plan, settings.diffusion_eps, draws=draws, seed=seed, global_rng=global_rng)
+    answers = prepared.supervised
+    found.settings = dataclasses.asdict(settings)
+    found.data = {
+        "rows": len(rows),
+        "examples": len(answers),
+        "route": prepared.route,
+        "answer_min": int(answers.min()),
+        "answer_max": int(answers.max()),
+        "answer_median": float(np.median(answers)),
+        "noise": "global-RNG" if global_rng else "per-sample",
+    }
+    return found
