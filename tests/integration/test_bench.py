@@ -56,3 +56,18 @@ def test_a_ratio_within_the_spread_between_blocks_is_called_noise():
     found["rows"].pop(1)
     assert bench.noise_note(found) is None
     assert "one block per figure" in bench.noise_note({**found, "blocks": 1})
+
+
+@pytest.mark.once
+def test_the_gpu_bench_runs_its_code_at_the_tiny_size_on_cpu(plugin, tmp_path):
+    """scripts/gpu_check.sh's bench (bench.GPU) at the size a CPU affords: one part written, a table of parts."""
+    import json
+
+    found = bench.gpu_part(str(tmp_path / "part.json"), bench.GPU_SMOKE, log=lambda line: None)
+    assert json.loads((tmp_path / "part.json").read_text())["rows"] == found["rows"]
+    assert [r["ga"] for r in found["rows"]] == [2] * len(bench.variants(found["mode"]))
+    table = bench.render_gpu([found, found])
+    assert table.count("| tiny |") == 0 and table.count(f"{found['unsloth']} ({found['mode']})") == 2 * len(
+        found["rows"]
+    )
+    assert "| 1.000 |" in table and "Each release ran in its own process" in table

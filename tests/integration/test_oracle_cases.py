@@ -84,9 +84,13 @@ def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own(case, t
     ],
 )
 def test_per_sample_noise_matches_oracle(case, plugin):
-    """The oracle draws each row from its own generator too; the trainer must agree with it."""
+    per_sample_noise_matches_oracle(case)
+
+
+def per_sample_noise_matches_oracle(case, device="cpu"):
+    """The oracle draws each row from its own generator too (on the CPU); the trainer must agree with it."""
     spec = dict(CASES[case])
-    run = experiment.train(diffusion_noise="per_sample", **spec)
+    run = experiment.train(diffusion_noise="per_sample", device=device, **spec)
     assert all(batch.get("keys") is not None for w in run.windows for batch in w.batches)  # really per sample
     for i, window in enumerate(run.windows):
         verdict = judge(run, window)
@@ -172,9 +176,13 @@ def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack, nam
 
 
 def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stack):
+    full_training_windows_2_2_1_with_evaluation_parity()
+
+
+def full_training_windows_2_2_1_with_evaluation_parity(device="cpu"):
     examples = [Example([10 + i, 11, 12], list(range(20, 20 + 6 + i))) for i in range(5)]
     evals = [Example([14, 15], list(range(40, 47))), Example([16], list(range(50, 54)))]
-    run = experiment.train(examples, gradient_accumulation_steps=2, seed=5, eval_examples=evals)
+    run = experiment.train(examples, gradient_accumulation_steps=2, seed=5, eval_examples=evals, device=device)
     assert [len(w.batches) for w in run.windows] == [2, 2, 1]
     verdicts = [judge(run, w) for w in run.windows]
     assert all(v.ok for v in verdicts), verdicts

@@ -47,6 +47,25 @@ MODELS = {
     ),
 }
 QUICK = dict(models=("tiny",), blocks=2, steps=1)  # a smoke run: every figure, none of them a measurement
+# On a GPU (scripts/gpu_check.sh): a random-weight model of the tiny model's architecture at a realistic size,
+# sequence 2048 (48 prompt + 1999 answer + EOS), GA 8, bf16 autocast; peak memory from torch's CUDA allocator.
+GPU_MODELS = {
+    "nemotron-2048": (
+        dict(
+            vocab_size=32000,
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            max_position_embeddings=2048,
+        ),
+        48,
+        1999,
+    ),
+}
+GPU = dict(models=("nemotron-2048",), gas=(8,), blocks=2, steps=2, device="cuda", bf16=True, ddp=False)
+# The same figures at the tiny size on the CPU: what a test can afford to run of the GPU bench's code.
+GPU_SMOKE = dict(models=("tiny",), gas=(2,), blocks=1, steps=1, device="cpu", bf16=False, ddp=False, quick=True)
 PLOT_HINT = "pip install 'unsloth-diffusion-norm[bench]'"  # matplotlib is an optional extra
 
 
@@ -124,7 +143,25 @@ def can_plot():
     return True
 
 
-def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
+def _memory_kib(device, start=False):
+    """The peak since the last start (start=True: reset it and return the current use), in KiB: the resident
+    set on the CPU; torch's allocator on an accelerator (what tensors hold, not the driver's context)."""
+    import torch
+
+    if device == "cpu":
+        if start:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets the peak resident set (VmHWM) to the current one
+        return _rss_kib("VmRSS" if start else "VmHWM")
+    memory = getattr(torch, torch.device(device).type)
+    if start:
+        memory.synchronize()
+        memory.reset_peak_memory_stats()
+        return memory.memory_allocated() // 1024
+    return memory.max_memory_allocated() // 1024
+
+
+def block(checkpoint, data, ga, applied, flags, steps, output_dir=None, device="cpu", bf16=False):
     """One Trainer.train() of `steps` + 1 optimizer steps; (step seconds, peak KiB, peak above start)."""
     import unsloth_diffusion_norm
 
@@ -133,10 +170,12 @@ def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
     (unsloth_diffusion_norm.apply if applied else unsloth_diffusion_norm.unpatch)()
     clock = instruments.StepClock()
     where = {} if output_dir is None else {"output_dir": output_dir}
+    if device != "cpu":
+        where.update(device=device)
+    if bf16:
+        where.update(bf16=True)
     try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets the peak resident set (VmHWM) to the current one
-        start = _rss_kib("VmRSS")
+        start = _memory_kib(device, start=True)
         experiment.train(
             data[: ga * (steps + 1)],
             gradient_accumulation_steps=ga,
@@ -147,7 +186,7 @@ def block(checkpoint, data, ga, applied, flags, steps, output_dir=None):
             **flags,
             **where,
         )
-        peak = _rss_kib("VmHWM")
+        peak = _memory_kib(device)
     finally:
         unsloth_diffusion_norm.apply()
     return clock.steps(), peak, peak - start
@@ -221,18 +260,32 @@ def spread(block_times):
     return (max(medians) - min(medians)) / statistics.median(medians)
 
 
-def run(blocks=3, steps=3, models=tuple(MODELS), plot=None, ddp=True, log=print, memory_only=False, quick=False):
+def run(
+    blocks=3,
+    steps=3,
+    models=tuple(MODELS),
+    plot=None,
+    ddp=True,
+    log=print,
+    memory_only=False,
+    quick=False,
+    gas=GRADIENT_ACCUMULATION,
+    device="cpu",
+    bf16=False,
+):
     """Every figure of the bench as a dict (what --json writes). `quick`: peak memory from this process
-    instead of a second one (see QUICK). Removes every temporary directory it makes, also on Ctrl-C."""
+    instead of a second one (see QUICK). `gas`, `device`, `bf16`: see GPU. Removes every temporary
+    directory it makes, also on Ctrl-C."""
     workdir = tempfile.mkdtemp(prefix="udn-bench-")
     try:
-        return _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir)
+        settings = dict(gas=tuple(gas), device=device, bf16=bf16)
+        return _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, **settings)
     finally:
         with processes.deferred_interrupts():
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
+def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas, device, bf16):
     from ..activation import status
     from . import fixtures
 
@@ -243,33 +296,45 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
         "quick": quick,
         "blocks": blocks,
         "steps": steps,
+        "device": device,
+        "bf16": bf16,
         "rows": [],
     }
+    if device != "cpu":
+        found["device_name"] = _device_name(device)
     if plot and not can_plot():
         log(f"no plot: matplotlib is not installed ({PLOT_HINT})")
-    runs, total = 0, len(models) * blocks * len(GRADIENT_ACCUMULATION) * len(variants(mode))
+    runs, total = 0, len(models) * blocks * len(gas) * len(variants(mode))
     for name in models:
-        overrides, prompt, answer = MODELS[name]
+        overrides, prompt, answer = {**MODELS, **GPU_MODELS}[name]
         checkpoint = (
             fixtures.tiny_checkpoint()
             if not overrides
             else fixtures.write_tiny_checkpoint(os.path.join(workdir, name), **overrides)
         )
         vocab = overrides.get("vocab_size", 97)
-        data = examples(vocab, prompt, answer, max(GRADIENT_ACCUMULATION) * (steps + 1))
+        data = examples(vocab, prompt, answer, max(gas) * (steps + 1))
         times, peaks = {}, {}  # times: {(ga, variant): [each block's step seconds]}
         for b in range(blocks):  # interleaved: every variant and GA once per block
-            for ga in GRADIENT_ACCUMULATION:
+            for ga in gas:
                 for label, applied, flags in variants(mode):
                     runs += 1
                     log(f"{name} model, block {b + 1}/{blocks}: GA {ga}, {label} (run {runs}/{total})")
                     seconds, peak, above = block(
-                        checkpoint, data, ga, applied, flags, steps, output_dir=os.path.join(workdir, "run")
+                        checkpoint,
+                        data,
+                        ga,
+                        applied,
+                        flags,
+                        steps,
+                        output_dir=os.path.join(workdir, "run"),
+                        device=device,
+                        bf16=bf16,
                     )
                     times.setdefault((ga, label), []).append(seconds)
                     peaks.setdefault((ga, label), []).append((peak, above))
         every = {key: [s for one in blocks_of for s in one] for key, blocks_of in times.items()}
-        for ga in GRADIENT_ACCUMULATION:
+        for ga in gas:
             base = statistics.median(every[(ga, variants(mode)[0][0])])
             for label, _, _ in variants(mode):
                 median = statistics.median(every[(ga, label)])
@@ -288,7 +353,7 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir):
                 )
     if memory_only:
         return found
-    if sys.platform == "linux" and not quick:
+    if sys.platform == "linux" and not quick and device == "cpu":  # an accelerator's allocator needs no second process
         log("peak memory: the same runs again in a second process with a fixed mmap threshold")
         memory = memory_in_child(models, log, workdir)
         for row in found["rows"]:
@@ -412,3 +477,92 @@ def draw(found, path):
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     return path
+
+
+def gpu_part(path, preset=GPU, log=print):
+    """This release's share of the GPU bench, written to `path` as JSON: scripts/gpu_check.sh runs it once per
+    installed release (a process holds one Unsloth), and `render_gpu` puts the parts side by side."""
+    import json
+
+    found = run(plot=None, log=log, **preset)
+    found["preset"] = {**preset, "config": {**MODELS, **GPU_MODELS}[preset["models"][0]]}
+    with open(path, "w") as f:
+        json.dump(found, f, indent=1)
+    return found
+
+
+def _device_name(device):
+    import torch
+
+    kind = torch.device(device).type
+    return getattr(torch, kind).get_device_name(device) if kind == "cuda" else kind
+
+
+def render_gpu(parts):
+    """One table of the GPU bench's parts, in the order run: every variant's step time and peak memory, as
+    ratios to the first part's first variant (the unpatched release, timed interleaved with the plugin)."""
+    base = parts[0]["rows"][0]
+    overrides, prompt, answer = parts[0]["preset"]["config"]
+    first = parts[0]
+    lines = [
+        f"{first.get('device_name', first['device'])}; random-weight model of the tiny model's architecture "
+        f"(hidden {overrides.get('hidden_size', '-')}, {overrides.get('num_hidden_layers', '-')} layers, vocabulary "
+        f"{overrides.get('vocab_size', '-')}), sequence {prompt + answer + 1}, "
+        f"{'bf16 autocast' if first['bf16'] else 'fp32'}; medians over {first['blocks']} interleaved blocks of "
+        f"{first['steps']} timed optimizer steps (each block's first step dropped); ratios to "
+        f"Unsloth {first['unsloth']} {base['variant']}",
+        "",
+    ]
+    rows = [
+        [
+            f"{part['unsloth']} ({part['mode']})",
+            r["ga"],
+            r["variant"],
+            f"{r['step_ms']:.1f}",
+            f"{r['step_ms'] / base['step_ms']:.3f}",
+            "—" if r["spread"] is None else f"{r['spread']:.1%}",
+            f"{r['peak_mib']:.0f}",
+            f"{r['peak_mib'] / base['peak_mib']:.4f}",
+        ]
+        for part in parts
+        for r in part["rows"]
+    ]
+    header = ["Unsloth", "GA", "variant", "step time (ms)", "ratio", "blocks apart", "peak memory (MiB)", "peak ratio"]
+    lines += tables.markdown(header, rows)
+    if len(parts) > 1:
+        lines += ["", "Each release ran in its own process, one after the other on the same device."]
+    note = noise_note(first)
+    return "\n".join(lines + (["", note] if note else []))
+
+
+def main(argv=None):
+    """python -m unsloth_diffusion_norm.verify.bench gpu PART.json [--smoke] | table PART.json ..."""
+    import argparse
+    import contextlib
+    import io
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m unsloth_diffusion_norm.verify.bench")
+    parser.add_argument("what", choices=["gpu", "table"])
+    parser.add_argument("paths", nargs="+")
+    parser.add_argument("--smoke", action="store_true", help="the GPU bench's code at the tiny size on the CPU")
+    args = parser.parse_args(argv)
+    if args.what == "table":
+        parts = []
+        for path in args.paths:
+            with open(path) as f:
+                parts.append(json.load(f))
+        print(render_gpu(parts))
+        return 0
+    import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import unsloth  # noqa: F401
+    with Progress(lambda line: print(line, file=sys.stderr, flush=True)) as progress:
+        found = gpu_part(args.paths[0], GPU_SMOKE if args.smoke else GPU, log=progress.say)
+    print(render_gpu([found]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,7 +35,7 @@ def versions():
     return found
 
 
-def device():
+def accelerator():
     import torch
 
     if torch.cuda.is_available():
@@ -56,14 +56,15 @@ def natively_fixed():
     return detect.recognise(*modules)[0] == detect.NATIVE
 
 
-def examine(self_check=True, model=None, settings=()):
+def examine(self_check=True, model=None, settings=(), device="cpu"):
     """Everything doctor reports, as a dict (what --json prints). `model`: a checkpoint directory whose
     architecture the self-check runs at a tiny size (`settings`: (key, value) for that copy's config);
-    own_model.Refused, one line, when it cannot."""
+    own_model.Refused, one line, when it cannot. `device`: where the self-check trains (the oracle runs
+    there too)."""
     from ..activation import status
     from . import own_model, reproduce
 
-    report = {"versions": versions(), "device": device()}
+    report = {"versions": versions(), "device": accelerator()}
     state = status()
     report.update(
         mode=state.mode,
@@ -124,7 +125,8 @@ def examine(self_check=True, model=None, settings=()):
             subject = own_model.prepare(model, settings)
             report["model"] = subject.describe()
         try:
-            verdict = reproduce.measure(seed=0, model=subject)  # this stack as it is: patched, native or unfixed
+            # this stack as it is: patched, native or unfixed
+            verdict = reproduce.measure(seed=0, model=subject, device=device)
         except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
             report["self_check"] = {
                 "passed": False,
@@ -142,7 +144,7 @@ def examine(self_check=True, model=None, settings=()):
             "worst_error_over_tolerance": verdict.worst,
             "passed": verdict.ok,
             "seconds": round(time.perf_counter() - started, 2),
-            "device": "cpu",  # the tiny model and the oracle's RNG replay run on the CPU
+            "device": str(device),
         }
         fixed = fixed and verdict.ok
     report["exit"] = FIXED if fixed else AFFECTED
@@ -190,7 +192,7 @@ def render(report):
         lines.append(f"Self-check: FAIL - it could not run: {check['error']}")
     elif check:
         lines.append(
-            f"Self-check (cpu, {subject}, GA 2, masked tokens {check['counts']}): "
+            f"Self-check ({check.get('device', 'cpu')}, {subject}, GA 2, masked tokens {check['counts']}): "
             f"{'PASS' if check['passed'] else 'FAIL'} - loss {check['loss']:.6f} vs oracle "
             f"{check['reference_loss']:.6f}, max grad error {check['grad_error']:.2e}, max param error "
             f"{check['param_error']:.2e}, worst error/tolerance {check['worst_error_over_tolerance']:.3g} "

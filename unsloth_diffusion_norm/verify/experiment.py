@@ -63,8 +63,8 @@ def _recorder(run, gathered):
     class Recorder(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, **kw):
             record = run.windows[-1]
-            if record.rng_state is None:  # noise not drawn yet: it will be, from here
-                record.rng_state = torch.get_rng_state()
+            if record.rng_state is None:  # noise not drawn yet: it will be, from here (on the run's device)
+                record.rng_state = oracle.rng_state(args.device)
             with gathered(model):
                 record.state_before = {n: whole(p) for n, p in model.state_dict().items()}
 
@@ -121,6 +121,7 @@ def build(
     compute_loss_func=None,
     gathered=contextlib.nullcontext,
     record_with=None,
+    device="cpu",
     **config,
 ):
     """A DiffusionTrainer over `examples` (kept in the order given), ready to train, with its recording
@@ -130,14 +131,14 @@ def build(
     `streaming`: the data as a length-less IterableDataset (then give max_steps). `gathered(model)`: a
     context in which the model's parameters are whole (DeepSpeed ZeRO-3 partitions them);
     `record_with(trainer, run)`: recording an engine needs besides the callbacks (DeepSpeed's gradients
-    live inside its step)."""
+    live inside its step). `device`: where the model trains ("cuda" for the cuda test tier)."""
     from datasets import Dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
     with loaded_first():
-        model, tokenizer = load_model(lora=lora, checkpoint=checkpoint)
+        model, tokenizer = load_model(lora=lora, checkpoint=checkpoint, device=device)
         # The oracle's copy, loaded apart: the trained model gets instance-level forwards from the stack.
-        reference_model = load_model(lora=lora, checkpoint=checkpoint)[0] if record else None
+        reference_model = load_model(lora=lora, checkpoint=checkpoint, device=device)[0] if record else None
     settings = dict(
         output_dir=config.get("output_dir") or tempfile.mkdtemp(prefix="udn-run-"),  # made only if config names none
         per_device_train_batch_size=batch_size,
@@ -158,7 +159,7 @@ def build(
         save_strategy="no",
         report_to=[],
         disable_tqdm=True,
-        use_cpu=True,
+        use_cpu=torch.device(device).type == "cpu",
         completion_only_loss=True,
     )
     settings = {**settings, **config}
@@ -204,7 +205,7 @@ def build(
 
         def prepare_batch(*pos, **kw):
             if not drawn_while_fetching:
-                drawn_while_fetching.append(torch.get_rng_state())
+                drawn_while_fetching.append(oracle.rng_state(trainer.args.device))
             return prepare(*pos, **kw)
 
         object.__setattr__(trainer.diffusion_profile, "prepare_batch", prepare_batch)
@@ -221,7 +222,7 @@ def evaluate(trainer, seed=1234):
     predict = trainer.prediction_step
 
     def prediction_step(model, inputs, *pos, **kw):
-        seen.append((torch.get_rng_state(), clean_inputs(inputs)))
+        seen.append((oracle.rng_state(trainer.args.device), clean_inputs(inputs)))
         return predict(model, inputs, *pos, **kw)
 
     trainer.prediction_step = prediction_step

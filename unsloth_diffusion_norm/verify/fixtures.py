@@ -64,25 +64,27 @@ def tiny_checkpoint():
 _CHECKPOINTS = {}
 
 
-def load_model(lora=None, checkpoint=None):
+def load_model(lora=None, checkpoint=None, device="cpu"):
     """The tiny model, full fine-tuning (lora=None) or LoRA on attention and MLP with the output head
     frozen (lora="frozen-head": fused-head loss path) or trained as a saved module (lora="saved-head":
-    the head is no plain nn.Linear any more, so the loss takes the dense-logit path)."""
+    the head is no plain nn.Linear any more, so the loss takes the dense-logit path), on `device`."""
     import torch
     from unsloth import FastModel
 
     model, tokenizer = FastModel.from_pretrained(
-        checkpoint or tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": "cpu"}
+        checkpoint or tiny_checkpoint(), trust_remote_code=True, dtype=torch.float32, device_map={"": device}
     )
     if lora is not None:
         extra = {"modules_to_save": ["diffusion_head"]} if lora == "saved-head" else {}
         model = FastModel.get_peft_model(
             model, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], random_state=0, **extra
         )
-        generator = torch.Generator().manual_seed(1)
+        generator = torch.Generator().manual_seed(1)  # on the CPU: the same weights on every device
         for name, param in model.named_parameters():
             if "lora_B" in name:  # LoRA starts at B=0, where A gets no gradient; move off it
-                torch.nn.init.normal_(param, std=0.02, generator=generator)
+                drawn = torch.empty(param.shape, dtype=param.dtype).normal_(std=0.02, generator=generator)
+                with torch.no_grad():
+                    param.copy_(drawn)
     return model, tokenizer
 
 

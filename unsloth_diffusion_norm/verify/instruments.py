@@ -88,12 +88,15 @@ class StepClock:
         self.ends = []
 
     def attach(self, trainer):
+        import torch
         from transformers import TrainerCallback
 
         clock = self
 
         class Clock(TrainerCallback):
             def on_step_end(self, args, state, control, **kw):
+                if args.device.type != "cpu":  # an accelerator runs behind the host: wait for its step
+                    getattr(torch, args.device.type).synchronize()
                 clock.ends.append(time.perf_counter())
 
         trainer.add_callback(Clock())

@@ -7,6 +7,7 @@ positions divided by p_mask, summed over the window and divided by the window's 
 Micro-batches of equal length go through the model in one forward; the gradient is taken once.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -57,12 +58,45 @@ class Masks:
     p_mask: torch.Tensor
 
 
+@dataclass
+class DeviceRng:
+    """The state of an accelerator's generator that a run's noise was drawn from (the CPU generator's state
+    is a plain tensor): its draws are replayed on that device, since its generator is another algorithm."""
+
+    device: str
+    state: torch.Tensor
+
+
+def rng_state(device="cpu"):
+    """What `replay_noise` replays from: the state of the generator that draws on `device`."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    return DeviceRng(str(device), getattr(torch, device.type).get_rng_state(device))
+
+
+@contextlib.contextmanager
+def _replaying(rng_state):
+    """Within: the global generator `rng_state` names, at that state; the device to draw on. Restored after."""
+    if not isinstance(rng_state, DeviceRng):
+        rng_state = DeviceRng("cpu", rng_state)
+    device = torch.device(rng_state.device)
+    if device.type == "cpu":
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(rng_state.state)
+            yield device
+        return
+    with torch.random.fork_rng(devices=[device], device_type=device.type):
+        getattr(torch, device.type).set_rng_state(rng_state.state, device)
+        yield device
+
+
 def replay_noise(batches, rng_state, eps, eos_id):
-    """Draw each micro-batch's masks from `rng_state`, in micro-batch order, t before the per-token draw;
-    a batch that carries per-sample generator seeds ("keys") draws each row from its own generator."""
+    """Draw each micro-batch's masks from `rng_state` (see `rng_state`), in micro-batch order, t before the
+    per-token draw; a batch that carries per-sample generator seeds ("keys") draws each row from its own
+    (CPU) generator. The masks are CPU tensors whatever device drew them."""
     masks = []
-    with torch.random.fork_rng(devices=[]):
-        torch.set_rng_state(rng_state)
+    with _replaying(rng_state) as device:
         for batch in batches:
             tokens, labels = batch["input_ids"], batch["labels"]
             attention = batch.get("attention_mask")
@@ -73,8 +107,8 @@ def replay_noise(batches, rng_state, eps, eos_id):
             maskable = response | (padding & has_response)
             rows, length = tokens.shape
             if batch.get("keys") is None:  # the global RNG: t for every row, then every token
-                t = torch.rand(rows)
-                u = torch.rand(rows, length)
+                t = torch.rand(rows, device=device).cpu()
+                u = torch.rand(rows, length, device=device).cpu()
             else:  # per-sample: a generator per row, t, its real tokens in order, then its padding
                 t, u = torch.empty(rows), torch.empty(rows, length)
                 for row, key in enumerate(batch["keys"]):
@@ -103,11 +137,12 @@ def window_loss(model, masks, mask_id, inverse_t=True):
     by_length = {}
     for m in masks:
         by_length.setdefault(m.tokens.shape[1], []).append(m)
-    summed = torch.zeros((), dtype=torch.float64)
+    device = next(model.parameters()).device  # the model's: the oracle runs where the run it judges ran
+    summed = torch.zeros((), dtype=torch.float64, device=device)
     for group in by_length.values():
-        tokens = torch.cat([m.tokens for m in group])
-        masked = torch.cat([m.masked for m in group])
-        p_mask = torch.cat([m.p_mask for m in group])
+        tokens = torch.cat([m.tokens for m in group]).to(device)
+        masked = torch.cat([m.masked for m in group]).to(device)
+        p_mask = torch.cat([m.p_mask for m in group]).to(device)
         output = model(input_ids=torch.where(masked, mask_id, tokens))
         # A ModelOutput's logits, or the first element where a forward returns a plain tuple.
         logits = (output.logits if hasattr(output, "logits") else output[0]).float()

@@ -8,12 +8,15 @@ from . import experiment, fixtures, judging, oracle
 EXAMPLES = [fixtures.Example([10, 11, 12], fixtures.LONG), fixtures.Example([13, 14, 15], fixtures.LONG)]
 
 
-def measure(seed, model=None):
-    """The self-check window on the tiny model, or on `model` (an own_model.OwnModel: a user's architecture)."""
+def measure(seed, model=None, device="cpu"):
+    """The self-check window on the tiny model, or on `model` (an own_model.OwnModel: a user's architecture),
+    trained on `device`."""
     if model is None:
-        run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed)
+        run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed, device=device)
         return judging.judge(run, run.windows[0])
-    run = experiment.train(model.examples, gradient_accumulation_steps=2, seed=seed, checkpoint=model.checkpoint)
+    run = experiment.train(
+        model.examples, gradient_accumulation_steps=2, seed=seed, checkpoint=model.checkpoint, device=device
+    )
     return judging.judge(run, run.windows[0], eos_id=model.eos_id, mask_id=model.mask_id)
 
 

@@ -99,9 +99,9 @@ class Outcome:
         return all(checks)
 
 
-def drive(scenario, control=False):
-    """Run the scenario (or its per-micro-batch control); returns the runs whose windows are judged."""
-    settings = dict(scenario.settings)
+def drive(scenario, control=False, device="cpu"):
+    """Run the scenario (or its per-micro-batch control) on `device`; returns the runs whose windows are judged."""
+    settings = {**scenario.settings, "device": device}
     examples = settings.pop("examples")
     if scenario.runs == "two-trainers":
         # Both built before either trains: nothing of one may leak into the other.
@@ -131,9 +131,9 @@ def drive(scenario, control=False):
         return [experiment.train(examples, **settings)]
 
 
-def examine(name, scenario):
+def examine(name, scenario, device="cpu"):
     judged = scenario.judged
-    runs = drive(scenario)
+    runs = drive(scenario, device=device)
     logged = _take_logged_means(runs, scenario)
     verdicts = [judging.judge(run, window, **judged) for run in runs for window in run.windows]
     outcome = Outcome(name, [v.counts for v in verdicts], max(v.worst for v in verdicts), 0.0, True)
@@ -145,7 +145,7 @@ def examine(name, scenario):
         )
     if scenario.runs == "evaluate":
         outcome.eval_error = _evaluation_error(runs[0])
-    controls = drive(scenario, control=True)
+    controls = drive(scenario, control=True, device=device)
     _take_logged_means(controls, scenario)
     judged_controls = [judging.judge(run, window, **judged) for run in controls for window in run.windows]
     outcome.control_counts_equal = [v.counts for v in judged_controls] == outcome.counts
@@ -178,8 +178,8 @@ def _evaluation_error(run):
     return abs(loss - expected) / oracle.tolerance(expected)
 
 
-def examine_all(names=None):
-    return [examine(name, SCENARIOS[name]) for name in names or SCENARIOS]
+def examine_all(names=None, device="cpu"):
+    return [examine(name, SCENARIOS[name], device) for name in names or SCENARIOS]
 
 
 def render(outcomes):

@@ -1,0 +1,155 @@
+"""The cuda tier: the same proof on a GPU - the oracle cases, a full Trainer.train(), Unsloth's compiled chunked
+loss, bf16 against its floor, per-sample noise, doctor's self-check - through the same cases and judges as on the
+CPU, given device="cuda". Marked `cuda`; skipped, saying why, where torch.cuda.is_available() is false, so on a
+CPU host it costs collection only. scripts/gpu_check.sh runs it on a GPU machine (docs/gpu.md)."""
+
+import pytest
+import torch
+from test_field import BF16, bf16_tolerance_is_justified_by_the_ga1_floor
+from test_oracle_cases import (
+    CASES,
+    full_training_windows_2_2_1_with_evaluation_parity,
+    per_sample_noise_matches_oracle,
+    run_case,
+)
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm.verify import doctor, experiment, fixtures, judging, oracle, scenarios
+
+CUDA = "cuda"
+on_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="the cuda tier needs a CUDA device and torch.cuda.is_available() is False here "
+    "(scripts/gpu_check.sh runs it on a GPU machine; docs/gpu.md)",
+)
+
+
+@pytest.fixture(scope="module")
+def fp32():
+    """fp32 on the GPU is fp32: no TF32 in matrix products (the oracle's fp32 tolerance is fp32 round-off)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def judged_on(device, case, record_property=None, **settings):
+    """One oracle case trained on `device`: the plugin's windows, then its per-micro-batch control's."""
+    spec = {**CASES[case], **settings}
+    unsloth_diffusion_norm.apply()
+    verdicts = run_case(device=device, **spec)
+    for i, verdict in enumerate(verdicts):
+        assert verdict.ok, f"{case} on {device}, window {i}: {verdict}"
+    if record_property is not None:  # into the JUnit XML: the per-case figures docs/gpu.md reports
+        record_property("worst_error_over_tolerance", max(v.worst for v in verdicts))
+        record_property("grad_error", max(v.grad_error for v in verdicts))
+        record_property("counts", [v.counts for v in verdicts])
+    if spec.pop("profile", None) is not None:
+        return verdicts  # the unpatched LLaDA objective is another formula
+    controls = run_case(device=device, control=True, **spec)
+    for verdict, control in zip(verdicts, controls):
+        assert control.counts == verdict.counts
+        if len(set(verdict.counts)) > 1:
+            assert control.worst > oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
+    return verdicts
+
+
+def compiled_against_eager(device, case):
+    """Unsloth's chunked cross-entropy with its compile path on ("auto": compiled chunks on CUDA) and off, each
+    window judged by the oracle, and the two runs' gradients within the oracle's tolerance of each other."""
+    from unsloth.models import diffusion_loss
+
+    runs = {}
+    for mode in ("auto", False):
+        unsloth_diffusion_norm.apply()
+        run = experiment.train(**CASES[case], device=device, diffusion_compile=mode)
+        compiled = diffusion_loss.compile_loss(run.trainer.args, device)
+        assert compiled == (mode == "auto" and torch.device(device).type == "cuda"), (mode, compiled)
+        assert all(judging.judge(run, w).ok for w in run.windows), (case, mode)
+        runs[mode] = run
+    for a, b in zip(runs["auto"].windows, runs[False].windows):
+        assert a.logged_loss == pytest.approx(b.logged_loss, abs=oracle.tolerance(b.logged_loss))
+        for name, grad in b.grads.items():
+            assert oracle.max_error(a.grads[name], grad) <= oracle.tolerance(grad), name
+
+
+@pytest.mark.cuda
+@on_cuda
+@pytest.mark.parametrize("case", list(CASES))
+def test_oracle_cases_on_cuda_in_fp32(case, fp32, record_property):
+    judged_on(CUDA, case, record_property)
+
+
+@pytest.mark.cuda
+@on_cuda
+def test_the_tiny_model_loads_in_fp32_on_the_gpu():
+    model, _ = fixtures.load_model(lora="frozen-head", device=CUDA)
+    assert {(p.dtype, p.device.type) for p in model.parameters()} == {(torch.float32, CUDA)}
+
+
+@pytest.mark.cuda
+@on_cuda
+def test_full_training_windows_2_2_1_with_evaluation_parity_on_cuda(fp32):
+    unsloth_diffusion_norm.apply()
+    full_training_windows_2_2_1_with_evaluation_parity(device=CUDA)
+
+
+@pytest.mark.cuda
+@on_cuda
+@pytest.mark.parametrize("case", ["seed-0", "lora-saved-head-dense-path"])  # fused head; dense logits
+def test_compiled_chunked_loss_against_eager_and_the_oracle_on_cuda(case, fp32):
+    pytest.importorskip("unsloth.models.diffusion_loss", reason="the dense shape (2026.10.4-.5) has no chunked loss")
+    compiled_against_eager(CUDA, case)
+
+
+@pytest.mark.cuda
+@on_cuda
+def test_bf16_on_cuda_against_the_bf16_floor_measured_there():
+    outcomes = {name: scenarios.examine(name, scenarios.SCENARIOS[name], device=CUDA) for name in BF16}
+    print("\n" + scenarios.render(outcomes.values()))
+    bf16_tolerance_is_justified_by_the_ga1_floor(outcomes)
+
+
+@pytest.mark.cuda
+@on_cuda
+@pytest.mark.parametrize("case", ["seed-0", "batch-2-right-padding", "lora-frozen-head-fused-path"])
+def test_per_sample_noise_on_cuda_equals_the_oracles_cpu_replay(case, fp32):
+    unsloth_diffusion_norm.apply()
+    per_sample_noise_matches_oracle(case, device=CUDA)
+
+
+@pytest.mark.cuda
+@on_cuda
+def test_doctor_self_check_on_cuda(fp32, record_property):
+    unsloth_diffusion_norm.apply()
+    report = doctor.examine(device=CUDA)
+    check = report["self_check"]
+    record_property("self_check", check)
+    assert report["exit"] == doctor.FIXED and check["passed"] and check["device"] == CUDA, report
+    assert len(set(check["counts"])) > 1  # a window the bug would show in
+    assert report["device"].startswith("cuda")
+
+
+# --- what of the tier a CPU can run: its own code, at device="cpu", so that a slip shows before a GPU run -----
+
+
+def test_the_tiers_compile_check_runs_on_cpu_where_auto_is_eager():
+    pytest.importorskip("unsloth.models.diffusion_loss", reason="the dense shape (2026.10.4-.5) has no chunked loss")
+    compiled_against_eager("cpu", "seed-0")
+
+
+def test_the_tiers_oracle_case_runs_on_cpu():
+    verdicts = judged_on("cpu", "seed-1")
+    assert [len(v.counts) for v in verdicts] == [2, 2]
+
+
+def test_noise_drawn_on_a_device_replays_from_that_devices_generator():
+    """The oracle replays global-RNG noise from the state of the generator that drew it: the CPU generator's
+    (a tensor) or an accelerator's (DeviceRng); both forms name the same CPU draws here."""
+    batch = {"input_ids": torch.arange(3, 15).reshape(2, 6), "labels": torch.arange(3, 15).reshape(2, 6)}
+    torch.manual_seed(7)
+    plain = oracle.replay_noise([batch, batch], oracle.rng_state("cpu"), 1e-3, 0)
+    named = oracle.replay_noise([batch, batch], oracle.DeviceRng("cpu", torch.get_rng_state()), 1e-3, 0)
+    for a, b in zip(plain, named):
+        assert torch.equal(a.masked, b.masked) and torch.equal(a.p_mask, b.p_mask)
+    assert not torch.equal(plain[0].masked, plain[1].masked)  # one stream across the micro-batches
