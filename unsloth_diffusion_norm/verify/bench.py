@@ -63,7 +63,7 @@ GPU_MODELS = {
         1999,
     ),
 }
-GPU = dict(models=("nemotron-2048",), gas=(8,), blocks=2, steps=2, device="cuda", bf16=True, ddp=False)
+GPU = dict(models=("nemotron-2048",), gas=(8,), blocks=2, steps=2, device="cuda", bf16=True, ddp=False, opt_ins=False)
 # The same figures at the tiny size on the CPU: what a test can afford to run of the GPU bench's code.
 GPU_SMOKE = dict(models=("tiny",), gas=(2,), blocks=1, steps=1, device="cpu", bf16=False, ddp=False, quick=True)
 PLOT_HINT = "pip install 'unsloth-diffusion-norm[bench]'"  # matplotlib is an optional extra
@@ -272,20 +272,23 @@ def run(
     gas=GRADIENT_ACCUMULATION,
     device="cpu",
     bf16=False,
+    opt_ins=True,
+    checkpoints=None,
 ):
     """Every figure of the bench as a dict (what --json writes). `quick`: peak memory from this process
-    instead of a second one (see QUICK). `gas`, `device`, `bf16`: see GPU. Removes every temporary
-    directory it makes, also on Ctrl-C."""
+    instead of a second one (see QUICK). `gas`, `device`, `bf16`: see GPU; `opt_ins=False`: the variants
+    without an opt-in flag only; `checkpoints`: a directory where the random-weight checkpoints are kept
+    and reused (by the next release's process). Removes every temporary directory it makes, also on Ctrl-C."""
     workdir = tempfile.mkdtemp(prefix="udn-bench-")
     try:
-        settings = dict(gas=tuple(gas), device=device, bf16=bf16)
+        settings = dict(gas=tuple(gas), device=device, bf16=bf16, opt_ins=opt_ins, checkpoints=checkpoints)
         return _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, **settings)
     finally:
         with processes.deferred_interrupts():
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas, device, bf16):
+def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas, device, bf16, opt_ins, checkpoints):
     from ..activation import status
     from . import fixtures
 
@@ -304,20 +307,24 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas
         found["device_name"] = _device_name(device)
     if plot and not can_plot():
         log(f"no plot: matplotlib is not installed ({PLOT_HINT})")
-    runs, total = 0, len(models) * blocks * len(gas) * len(variants(mode))
+    chosen = [v for v in variants(mode) if opt_ins or not v[2]]
+    runs, total = 0, len(models) * blocks * len(gas) * len(chosen)
     for name in models:
         overrides, prompt, answer = {**MODELS, **GPU_MODELS}[name]
-        checkpoint = (
-            fixtures.tiny_checkpoint()
-            if not overrides
-            else fixtures.write_tiny_checkpoint(os.path.join(workdir, name), **overrides)
-        )
+        kept = checkpoints and os.path.join(checkpoints, name)
+        if not overrides:
+            checkpoint = fixtures.tiny_checkpoint()
+        elif kept and os.path.exists(os.path.join(kept, "complete")):
+            checkpoint = kept
+        else:
+            checkpoint = fixtures.write_tiny_checkpoint(kept or os.path.join(workdir, name), **overrides)
+            open(os.path.join(checkpoint, "complete"), "w").close()  # a later process may reuse it
         vocab = overrides.get("vocab_size", 97)
         data = examples(vocab, prompt, answer, max(gas) * (steps + 1))
         times, peaks = {}, {}  # times: {(ga, variant): [each block's step seconds]}
         for b in range(blocks):  # interleaved: every variant and GA once per block
             for ga in gas:
-                for label, applied, flags in variants(mode):
+                for label, applied, flags in chosen:
                     runs += 1
                     log(f"{name} model, block {b + 1}/{blocks}: GA {ga}, {label} (run {runs}/{total})")
                     seconds, peak, above = block(
@@ -335,8 +342,8 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas
                     peaks.setdefault((ga, label), []).append((peak, above))
         every = {key: [s for one in blocks_of for s in one] for key, blocks_of in times.items()}
         for ga in gas:
-            base = statistics.median(every[(ga, variants(mode)[0][0])])
-            for label, _, _ in variants(mode):
+            base = statistics.median(every[(ga, chosen[0][0])])
+            for label, _, _ in chosen:
                 median = statistics.median(every[(ga, label)])
                 found["rows"].append(
                     dict(
@@ -536,7 +543,8 @@ def render_gpu(parts):
 
 
 def main(argv=None):
-    """python -m unsloth_diffusion_norm.verify.bench gpu PART.json [--smoke] | table PART.json ..."""
+    """python -m unsloth_diffusion_norm.verify.bench gpu PART.json [--smoke] [--checkpoints DIR]
+    | table PART.json ... [--json ALL.json]: this release's part of the GPU bench; the table of the parts."""
     import argparse
     import contextlib
     import io
@@ -546,20 +554,26 @@ def main(argv=None):
     parser.add_argument("what", choices=["gpu", "table"])
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--smoke", action="store_true", help="the GPU bench's code at the tiny size on the CPU")
+    parser.add_argument("--checkpoints", help="keep the random-weight checkpoint here, for the next release's part")
+    parser.add_argument("--json", help="table: also write every part, as a list, here")
     args = parser.parse_args(argv)
     if args.what == "table":
         parts = []
         for path in args.paths:
             with open(path) as f:
                 parts.append(json.load(f))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(parts, f, indent=1)
         print(render_gpu(parts))
         return 0
     import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
 
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth  # noqa: F401
+    preset = {**(GPU_SMOKE if args.smoke else GPU), "checkpoints": args.checkpoints}
     with Progress(lambda line: print(line, file=sys.stderr, flush=True)) as progress:
-        found = gpu_part(args.paths[0], GPU_SMOKE if args.smoke else GPU, log=progress.say)
+        found = gpu_part(args.paths[0], preset, log=progress.say)
     print(render_gpu([found]))
     return 0
 
