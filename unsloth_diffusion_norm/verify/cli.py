@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 from .. import __version__
 
@@ -453,9 +454,14 @@ def _impact(args):
         raise Failure("--plot needs matplotlib: pip install 'unsloth-diffusion-norm[bench]'", USAGE)
 
     class Said(Progress):
+        """bench's progress lines, from the moment the run has lasted a few seconds (a quick refusal stays
+        one line)."""
+
         def _emit(self, text):
-            self.last = __import__("time").monotonic()
-            self.write(f"impact [{self.last - self.started:4.0f} s] {text}")
+            now = time.monotonic()
+            if now - self.started >= 5.0:
+                self.last = now
+                self.write(f"impact [{now - self.started:4.0f} s] {text}")
 
     with Said(lambda line: print(line, file=sys.stderr, flush=True), every=5.0) as progress:
         try:

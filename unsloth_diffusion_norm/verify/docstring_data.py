@@ -47,7 +47,9 @@ def rows():
     seen, out = set(), []
 
     def add(name, obj):
-        doc = inspect.getdoc(obj)
+        with warnings.catch_warnings():  # typing.io and friends warn when read
+            warnings.simplefilter("ignore")
+            doc = inspect.getdoc(obj)
         if doc and len(doc) >= 40 and doc not in seen:
             seen.add(doc)
             out.append({"prompt": f"What does {name} do?\n", "completion": doc})

@@ -144,13 +144,20 @@ def load_rows(path, split="train"):
             raise Unusable(f"cannot read {path!r}: {error.strerror}") from None
         if not records:
             raise Unusable(f"{path!r} has no rows")
-        try:
-            rows = datasets.Dataset.from_list(records)
-        except Exception as error:  # noqa: BLE001 - arrow's many refusals of mixed rows: one line
-            raise Unusable(f"{path!r}: rows datasets cannot hold together ({type(error).__name__})") from None
+        rows = load_rows_from_list(records, path)
     if len(rows) == 0:
         raise Unusable(f"{path!r} has no rows")
     return rows
+
+
+def load_rows_from_list(records, where="the rows"):
+    """Rows (dicts) as an in-memory datasets.Dataset, as TRL receives them."""
+    import datasets
+
+    try:
+        return datasets.Dataset.from_list(records)
+    except Exception as error:  # noqa: BLE001 - arrow's many refusals of mixed rows: one line
+        raise Unusable(f"{where!r}: rows datasets cannot hold together ({type(error).__name__})") from None
 
 
 def _data_format(columns, settings):
@@ -175,7 +182,8 @@ def load_tokenizer(path):
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        # Never the folder's own code: a checkpoint's remote code is for its model, not its tokenizer files.
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as error:  # noqa: BLE001 - whatever transformers raises, one line
         raise Unusable(
             f"cannot load a tokenizer from {path!r}: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
@@ -201,6 +209,7 @@ def prepare(rows, tokenizer, settings):
     prompt/completion strings and tokenized rows take a batched route with TRL's rules (tokenizing each
     row through `Dataset.map` costs ~0.6 ms a row; tests/integration/test_impact.py holds both routes
     equal); messages and text rows go through TRL's own `_prepare_dataset`."""
+    _supported_trl()
     columns = set(rows.column_names)
     kind = _data_format(columns, settings)
     first = rows[0]
@@ -217,6 +226,17 @@ def prepare(rows, tokenizer, settings):
         length, supervised = _trl_route(rows, tokenizer, settings, only_completion)
         return _finish(length, supervised, settings, "TRL's _prepare_dataset", shuffled=True)
     return _finish(*_truncated(length, supervised, settings), settings, route)
+
+
+TRL_FLOOR = (1, 0)  # TRL 1.x builds the labels while preparing the dataset; older ones in the collator
+
+
+def _supported_trl():
+    from importlib import metadata
+
+    version = metadata.version("trl")
+    if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < TRL_FLOOR:
+        raise Unusable(f"impact follows TRL 1.x's dataset preparation (checked on 1.15); TRL {version} is installed")
 
 
 def _finish(length, supervised, settings, route, shuffled=False):
@@ -372,8 +392,8 @@ def micro_batches(count, settings):
     class Again:  # the same pass for every rank's shard
         batch_size, drop_last = batches.batch_size, batches.drop_last
 
-        def __iter__(self):
-            return iter(order)
+        def __iter__(self):  # copies: the shard completes the last batch in place
+            return (list(batch) for batch in order)
 
         def __len__(self):
             return len(order)

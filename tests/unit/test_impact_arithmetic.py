@@ -1,0 +1,158 @@
+"""`impact`'s arithmetic against exact values, its command line on a dataset the project builds, and its
+one-line refusals (no Unsloth: the arithmetic needs numpy; the command line TRL's tokenization)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from unsloth_diffusion_norm.verify import cli, impact
+
+EPS = 1e-3
+ANSWER = 10  # maskable tokens of every equal-length answer
+
+
+def exact_and_estimate(k, world, global_rng, rho=impact.rho, draws=100_000):
+    """One step of k micro-batches per rank on `world` ranks, batch size 1, equal answers: the exact
+    expected share and the Monte Carlo estimate with its 95 % interval, through the real layout."""
+    n = k * world
+    settings = impact.Settings(
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=k,
+        world_size=world,
+        max_length=None,
+        train_sampling_strategy="sequential",
+    )
+    rows = impact.Prepared(np.full(n, ANSWER + 3), np.full(n, ANSWER), "equal answers")
+    found = impact.estimate(impact.layout(rows, settings), EPS, draws=draws, seed=1, global_rng=global_rng, rho=rho)
+    return impact.exact_share(k, world, ANSWER, EPS, global_rng), found
+
+
+CASES = [(2, 1, True), (4, 1, True), (2, 2, False), (2, 2, True)]  # (k, W, global RNG)
+
+
+@pytest.mark.parametrize("k, world, global_rng", CASES)
+def test_the_estimate_holds_the_exact_value_in_its_interval(k, world, global_rng):
+    exact, found = exact_and_estimate(k, world, global_rng)
+    assert found.low <= exact <= found.high, (exact, found.share, found.low, found.high)
+    assert found.high - found.low < 0.01 * exact  # tight enough that a wrong formula cannot hide in it
+
+
+def test_the_exact_value_is_the_monte_carlo_limit_of_an_independent_simulation():
+    """A plain simulation with no code of impact's: k·W counts, t shared by the ranks of a slot."""
+    rng = np.random.default_rng(7)
+    k, world, draws = 2, 2, 400_000
+    t = np.repeat(rng.random((draws, k)), world, axis=1)
+    counts = rng.binomial(ANSWER, (1 - EPS) * t + EPS)
+    total = counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        share = np.where(total > 0, 0.5 * np.abs(1 / (k * world) - counts / total).sum(axis=1, keepdims=True), 0)
+    half = impact.Z95 * share.std() / np.sqrt(draws)
+    assert abs(share.mean() - impact.exact_share(k, world, ANSWER, EPS, True)) <= half
+
+
+def rho_inverted(count, total, k, world):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return k * world * count / total
+
+
+def world_ignored(count, total, k, world):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return total / (k * count)
+
+
+@pytest.mark.parametrize(
+    "planted, cases",
+    [(rho_inverted, CASES), (world_ignored, [c for c in CASES if c[1] > 1])],
+    ids=["rho-inverted", "world-ignored"],
+)
+def test_a_planted_wrong_formula_fails_the_exact_check(planted, cases):
+    for k, world, global_rng in cases:
+        exact, found = exact_and_estimate(k, world, global_rng, rho=planted, draws=20_000)
+        assert not found.low <= exact <= found.high, (planted.__name__, k, world, exact, found.share)
+
+
+def test_one_micro_batch_per_step_moves_nothing():
+    exact, found = exact_and_estimate(1, 1, True, draws=2000)
+    assert exact == 0 and found.share == 0 and "nothing moved" in found.verdict()
+
+
+# ------------------------------------------------------------------------------- the command line
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The docs' dataset, built here: stdlib docstrings and a BPE tokenizer trained on them."""
+    from unsloth_diffusion_norm.verify import docstring_data
+
+    data, tokenizer, _ = docstring_data.write(str(tmp_path_factory.mktemp("demo")))
+    return data, tokenizer
+
+
+def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tmp_path, capsys):
+    data, tokenizer = demo
+    config = tmp_path / "train.yaml"
+    config.write_text(
+        f"model_name_or_path: {tokenizer}\ndataset_name: {data}\nper_device_train_batch_size: 2\n"
+        "gradient_accumulation_steps: 4\nseed: 3\nlearning_rate: 2.0e-5\ndiffusion_loss_normalization: window\n"
+    )
+    out_json, out_png = tmp_path / "impact.json", tmp_path / "impact.png"
+    code = cli.main(
+        ["impact", "--config", str(config), "--world-size", "2", "--json", str(out_json), "--plot", str(out_png)]
+    )
+    out, err = capsys.readouterr()
+    assert code == cli.DONE, err
+    assert "share of loss weight moved per optimizer step" in out and "verdict:" in out
+    assert "distinct noise levels per optimizer step: 8.0 under the global RNG" in out  # 2 x 4 slots, 2 ranks
+    report = json.loads(out_json.read_text())
+    assert report["settings"]["per_device_train_batch_size"] == 2 and report["settings"]["world_size"] == 2
+    assert 0 < report["low"] <= report["share"] <= report["high"] < 1
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer():
+    from unsloth_diffusion_norm.verify import fixtures
+
+    return os.path.join(fixtures.tiny_checkpoint())
+
+
+def refusal(capsys, *argv):
+    code = cli.main(["impact", *argv])
+    out, err = capsys.readouterr()
+    assert code == cli.USAGE and out == "", (code, out, err)
+    said = [line for line in err.strip().splitlines() if not line.startswith("impact [")]  # progress on a slow day
+    assert len(said) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_bad_input_is_one_line_and_exit_2(word_tokenizer, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "w10 w11", "completion": " w20 w21"}\n')
+    good = ["--data", str(rows), "--tokenizer", word_tokenizer]
+    assert "no such file" in refusal(capsys, "--data", str(tmp_path / "none.jsonl"), "--tokenizer", word_tokenizer)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert "has no rows" in refusal(capsys, "--data", str(empty), "--tokenizer", word_tokenizer)
+    assert "no usable rows" in refusal(capsys, *good, "--max-length", "2")  # the prompt fills it: TRL drops them
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"question": "w1", "answer": "w2"}\n')
+    assert "columns answer, question" in refusal(capsys, "--data", str(other), "--tokenizer", word_tokenizer)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"prompt": "w1", "completion": "w2"}\n{"prompt": \n')
+    assert "line 2" in refusal(capsys, "--data", str(broken), "--tokenizer", word_tokenizer)
+    assert "cannot load a tokenizer" in refusal(capsys, "--data", str(rows), "--tokenizer", str(tmp_path))
+    assert "not one" in refusal(capsys, "--data", str(rows), "--tokenizer", str(rows))
+    for option in ("--per-device-train-batch-size", "--gradient-accumulation-steps", "--world-size", "--draws"):
+        assert "at least 1" in refusal(capsys, *good, option, "0")
+    assert "[0, 1)" in refusal(capsys, *good, "--diffusion-eps", "1")
+    assert "[0, 1)" in refusal(capsys, *good, "--diffusion-eps", "-0.1")
+    assert "cannot write" in refusal(capsys, *good, "--json", str(tmp_path / "no" / "x.json"))
+    assert "--data" in refusal(capsys, "--tokenizer", word_tokenizer)
+    config = tmp_path / "bad.yaml"
+    config.write_text("gradient_accumulation_steps: 0\n")
+    assert "gradient_accumulation_steps must be" in refusal(capsys, *good, "--config", str(config))
+    config.write_text("diffusion_eps: 1.5\n")
+    assert "diffusion_eps must be" in refusal(capsys, *good, "--config", str(config))
+    assert "cannot read the config" in refusal(capsys, *good, "--config", str(tmp_path / "none.yaml"))
