@@ -36,18 +36,23 @@ def judge(
     precision="fp32",
     eos_id=EOS_ID,
     mask_id=MASK_ID,
+    shift=False,
+    normalization=oracle.WINDOW,
 ):
     """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
     `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses).
     `max_grad_norm`: the run clips, so the reference gradient is clipped the way torch clips.
     `precision`: which of the oracle's tolerances applies (the run's compute precision).
     `eos_id`, `mask_id`: the model's own (another checkpoint than the tiny model's, see own_model).
+    `shift`, `normalization`: the objective of the model's family (oracle.OBJECTIVES), when not NVIDIA's.
     A window that logged no loss of its own (logging_steps > 1) is judged on gradients and parameters."""
     model = run.reference_model
     model.load_state_dict(record.state_before)
     ranks = ranks or [(record.batches, record.rng_state)]
     masks = [oracle.replay_noise(batches, state, eps, eos_id) for batches, state in ranks]
-    reference = oracle.data_parallel_reference(model, masks, mask_id, inverse_t, rank_local)
+    reference = oracle.data_parallel_reference(
+        model, masks, mask_id, inverse_t, rank_local, shift=shift, normalization=normalization
+    )
     grads = oracle.clip_gradients(reference.grads, max_grad_norm) if max_grad_norm else reference.grads
     before = dict(model.named_parameters())
     ratios, grad_error, param_error = [], 0.0, 0.0

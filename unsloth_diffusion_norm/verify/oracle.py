@@ -5,6 +5,9 @@ attended padding; maskable = response tokens plus the EOS tail of rows that have
 t ~ U(0,1) per row, p_mask = (1-eps)·t + eps, then one uniform per token; cross-entropy at masked
 positions divided by p_mask, summed over the window and divided by the window's masked-token count.
 Micro-batches of equal length go through the model in one forward; the gradient is taken once.
+The other families' published objectives (OBJECTIVES) differ in three knobs: the noise floor, whether
+position i's logits predict token i + 1 (shift), and the normalization each micro-batch gets before
+Trainer averages the micro-batches of a window.
 """
 
 import contextlib
@@ -23,6 +26,28 @@ TOLERANCES = {"fp32": (ATOL, RTOL), "bf16": (BF16_ATOL, BF16_RTOL)}
 # A per-micro-batch control must miss the oracle by more than this many tolerances wherever a window's
 # micro-batches drew unequal counts (bf16's tolerance is ~3000 times wider, its factor smaller).
 CONTROL_FACTORS = {"fp32": 100, "bf16": 10}
+
+# Normalizations: the whole window's masked tokens (NVIDIA's); each micro-batch's own masked tokens
+# (Dream's); each example by its answer length, the mean over the batch (LLaDA's SFT recipe). The last two
+# are per micro-batch, so a window of them is the mean of its micro-batches' losses.
+WINDOW, MASKED_TOKENS, ANSWER_LENGTH = "window", "masked_tokens", "answer_length"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A family's published masked-diffusion objective: its noise floor, its shift rule, its normalization."""
+
+    eps: float  # p_mask = (1-eps)·t + eps
+    shift: bool  # an autoregressive model adapted to diffusion: position i's logits predict token i + 1
+    normalization: str
+
+
+# By the name of the Unsloth profile a checkpoint resolves to.
+OBJECTIVES = {
+    "nemotron_labs_diffusion": Objective(1e-3, False, WINDOW),  # NVIDIA's forward_process
+    "dream": Objective(0.0, True, MASKED_TOKENS),  # Dream's q_sample: t ~ U(0, 1), no floor
+    "llada": Objective(1e-3, False, ANSWER_LENGTH),  # LLaDA's GUIDELINES.md SFT
+}
 
 
 def tolerance(reference, precision="fp32"):
@@ -56,6 +81,7 @@ class Masks:
     tokens: torch.Tensor
     masked: torch.Tensor
     p_mask: torch.Tensor
+    maskable: torch.Tensor = None  # the positions that could be masked: an example's answer length
 
 
 @dataclass
@@ -119,7 +145,7 @@ def replay_noise(batches, rng_state, eps, eos_id):
                     u[row, ~real] = torch.rand(int((~real).sum()), generator=generator)
             p_mask = ((1 - eps) * t + eps)[:, None].expand(rows, length)
             masked = (u < p_mask) & maskable
-            masks.append(Masks(tokens, masked, p_mask))
+            masks.append(Masks(tokens, masked, p_mask, maskable))
     return masks
 
 
@@ -131,45 +157,70 @@ class Reference:
     grads: dict  # name -> gradient of every trainable parameter
 
 
-def window_loss(model, masks, mask_id, inverse_t=True):
-    """sum over the window of CE/p_mask at masked positions, divided by the window's masked tokens."""
-    total = sum(int(m.masked.sum()) for m in masks)
-    by_length = {}
+def row_weights(masks, normalization):
+    """Per micro-batch, the factor each row's CE/p_mask sum gets in a per-micro-batch normalization,
+    including the 1/micro-batches of Trainer's average over the window."""
+    weights = []
     for m in masks:
-        by_length.setdefault(m.tokens.shape[1], []).append(m)
+        rows = m.tokens.shape[0]
+        if normalization == MASKED_TOKENS:
+            weight = torch.full((rows,), 1.0 / (len(masks) * max(int(m.masked.sum()), 1)), dtype=torch.float64)
+        elif normalization == ANSWER_LENGTH:
+            weight = 1.0 / (len(masks) * rows * m.maskable.sum(dim=1).clamp_min(1).double())
+        else:
+            raise ValueError(f"no per-micro-batch normalization {normalization!r}")
+        weights.append(weight)
+    return weights
+
+
+def window_loss(model, masks, mask_id, inverse_t=True, shift=False, normalization=WINDOW):
+    """sum over the window of CE/p_mask at masked positions, divided by the window's masked tokens (or, for a
+    per-micro-batch `normalization`, each micro-batch by its own, averaged). `shift`: the target at position i
+    is scored by the logits of position i - 1 (position 0 by its own)."""
+    total = sum(int(m.masked.sum()) for m in masks)
+    weights = None if normalization == WINDOW else row_weights(masks, normalization)
+    by_length = {}
+    for m, weight in zip(masks, weights or [None] * len(masks)):
+        by_length.setdefault(m.tokens.shape[1], []).append((m, weight))
     device = next(model.parameters()).device  # the model's: the oracle runs where the run it judges ran
     summed = torch.zeros((), dtype=torch.float64, device=device)
     for group in by_length.values():
-        tokens = torch.cat([m.tokens for m in group]).to(device)
-        masked = torch.cat([m.masked for m in group]).to(device)
-        p_mask = torch.cat([m.p_mask for m in group]).to(device)
+        tokens = torch.cat([m.tokens for m, _ in group]).to(device)
+        masked = torch.cat([m.masked for m, _ in group]).to(device)
+        p_mask = torch.cat([m.p_mask for m, _ in group]).to(device)
         output = model(input_ids=torch.where(masked, mask_id, tokens))
         # A ModelOutput's logits, or the first element where a forward returns a plain tuple.
         logits = (output.logits if hasattr(output, "logits") else output[0]).float()
+        if shift:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
         token_loss = F.cross_entropy(logits[masked], tokens[masked], reduction="none")
         if inverse_t:
             token_loss = token_loss / p_mask[masked]
+        if weights is not None:
+            row = torch.cat([weight for _, weight in group]).to(device)
+            token_loss = token_loss.double() * row[:, None].expand(masked.shape)[masked]
         summed = summed + token_loss.sum().double()
-    return (summed / max(total, 1)).float(), total
+    return (summed / max(total, 1) if weights is None else summed).float(), total
 
 
-def window_reference(model, masks, mask_id, inverse_t=True):
+def window_reference(model, masks, mask_id, inverse_t=True, shift=False, normalization=WINDOW):
     """The window's loss and the autograd gradient of every trainable parameter."""
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
-    loss, total = window_loss(model, masks, mask_id, inverse_t)
+    loss, total = window_loss(model, masks, mask_id, inverse_t, shift, normalization)
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     grads = {name: torch.zeros_like(p) if g is None else g for (name, p), g in zip(params.items(), grads)}
     return Reference(loss.item(), total, [int(m.masked.sum()) for m in masks], grads)
 
 
-def data_parallel_reference(model, masks_by_rank, mask_id, inverse_t=True, rank_local=False):
+def data_parallel_reference(model, masks_by_rank, mask_id, inverse_t=True, rank_local=False, **objective):
     """What every rank's gradient must be after DDP's all-reduce.
 
     Counts summed across ranks (average_tokens_across_devices=True): the one window of all ranks' data,
     sum(S) / sum(N). Rank-local counts (False): the mean over ranks of each rank's own window loss, as
-    DDP averages the rank-local gradients."""
+    DDP averages the rank-local gradients. `objective`: window_loss's shift and normalization (one rank)."""
     if not rank_local:
-        return window_reference(model, [m for masks in masks_by_rank for m in masks], mask_id, inverse_t)
+        masks = [m for masks in masks_by_rank for m in masks]
+        return window_reference(model, masks, mask_id, inverse_t, **objective)
     references = [window_reference(model, masks, mask_id, inverse_t) for masks in masks_by_rank]
     ranks = len(references)
     grads = {name: sum(r.grads[name] for r in references) / ranks for name in references[0].grads}
