@@ -1,0 +1,18 @@
+"""Time `impact` on 100,000+ examples (the docstring dataset, 25 copies; batch 1 x accumulation 8 x 2 ranks):
+prints the seconds of each phase and the total. A benchmark, not a test: `python scripts/impact_bench.py`."""
+
+import tempfile
+import time
+
+from unsloth_diffusion_norm.verify import docstring_data, impact
+
+with tempfile.TemporaryDirectory(prefix="udn-impact-bench-") as folder:
+    data, tokenizer, distinct = docstring_data.write(folder, copies=25)
+    settings = impact.Settings(per_device_train_batch_size=1, gradient_accumulation_steps=8, world_size=2)
+    marks = [(time.perf_counter(), "reading the rows")]
+    found = impact.run(data, tokenizer, settings, log=lambda line: marks.append((time.perf_counter(), line)))
+    marks.append((time.perf_counter(), "end"))
+    print(f"{found.data['rows']} rows ({distinct} distinct), {found.steps} optimizer steps, {found.draws} drawn")
+    for (start, phase), (end, _) in zip(marks, marks[1:]):
+        print(f"  {end - start:6.1f} s  {phase}")
+    print(f"total {marks[-1][0] - marks[0][0]:.1f} s; share moved {100 * found.share:.2f} %")
