@@ -3,6 +3,7 @@ one-line refusals (no Unsloth: the arithmetic needs numpy; the command line TRL'
 
 import json
 import os
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -80,6 +81,9 @@ def test_one_micro_batch_per_step_moves_nothing():
 
 # ------------------------------------------------------------------------------- the command line
 
+TRL = tuple(int(p) for p in metadata.version("trl").split(".")[:2])
+needs_trl_1 = pytest.mark.skipif(TRL < impact.TRL_FLOOR, reason="impact follows TRL 1.x's dataset preparation")
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
@@ -90,6 +94,7 @@ def demo(tmp_path_factory):
     return data, tokenizer
 
 
+@needs_trl_1
 def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tmp_path, capsys):
     data, tokenizer = demo
     config = tmp_path / "train.yaml"
@@ -127,6 +132,7 @@ def refusal(capsys, *argv):
     return err
 
 
+@needs_trl_1
 def test_bad_input_is_one_line_and_exit_2(word_tokenizer, tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "w10 w11", "completion": " w20 w21"}\n')
