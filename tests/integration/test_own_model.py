@@ -1,8 +1,11 @@
 """`doctor --model DIR` / `reproduce --model DIR`: the self-check on a tiny random copy of a checkpoint's own
 architecture. Two remote-code architectures that are not our tiny model (tests/integration/fixtures, full-size configs, in
 the on-disk format of a hub checkpoint) pass on a fixed stack and fail where the fix is off on an affected
-release; the weight files are never read; a directory the check cannot run on is one line and exit 2."""
+release; the weight files are never read; a directory the check cannot run on is one line and exit 2. A
+Dream-shaped and a LLaDA-shaped checkpoint, which the plugin changes only when a run opts in, are checked by
+their own family's objective: the default bitwise the release's own, the opt-ins by the window oracle."""
 
+import importlib
 import json
 import os
 import shutil
@@ -13,7 +16,7 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify import cli, oracle, own_model
+from unsloth_diffusion_norm.verify import cli, doctor, judging, oracle, own_model, reproduce
 
 PROG = "unsloth-diffusion-norm"
 CLI = [sys.executable, "-m", "unsloth_diffusion_norm"]
@@ -45,6 +48,35 @@ ARCHITECTURES = {
             "mlp_hidden_size": [8192, 128],
             "attention_dropout": [0.1, 0.0],
             "residual_dropout": [0.1, 0.0],
+            "torch_dtype": ["bfloat16", "float32"],
+        },
+    ),
+}
+# Each family fixture: the class its own code builds, its Unsloth profile, the copy's config against the full one.
+FAMILIES = {
+    # Qwen2.5-style Dream-v0: ROPE_INIT_FUNCTIONS["default"], shifted logits, generation_config.json required.
+    "dream_shifted_logits": (
+        "DreamModel",
+        "dream",
+        {
+            "num_hidden_layers": [28, 2],
+            "hidden_size": [3584, 64],
+            "num_attention_heads": [28, 4],
+            "intermediate_size": [18944, 128],
+            "num_key_value_heads": [4, 2],
+            "torch_dtype": ["bfloat16", "float32"],
+        },
+    ),
+    # OLMo-style LLaDA-8B: registers "llada" at import, read-only hidden_size, ignores attention_mask.
+    "llada_answer_length": (
+        "LLaDAModelLM",
+        "llada",
+        {
+            "n_layers": [32, 2],
+            "d_model": [4096, 64],
+            "n_heads": [32, 4],
+            "mlp_hidden_size": [12288, 128],
+            "n_kv_heads": [32, 4],
             "torch_dtype": ["bfloat16", "float32"],
         },
     ),
@@ -100,7 +132,7 @@ def replace_in(filename, old, new):
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     where = tmp_path_factory.mktemp("hub")
-    return {name: hub_checkpoint(where, name) for name in ARCHITECTURES}
+    return {name: hub_checkpoint(where, name) for name in [*ARCHITECTURES, *FAMILIES]}
 
 
 def run(args, tmp_path, env=None):
@@ -209,6 +241,159 @@ def test_a_forward_that_requires_attention_mask_cannot_train_here_and_doctor_say
     assert "attention_mask" in report["self_check"]["error"]
 
 
+# --- Dream and LLaDA: the default is the release's own, the opt-ins match the window oracle ---
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_doctor_model_checks_dream_and_llada_by_their_own_objective(name, checkpoints, plugin, capsys):
+    directory = checkpoints[name]
+    before = access_times(directory)
+    code = cli.main(["doctor", "--json", "--trust-remote-code", "--model", str(directory)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == report["exit"] == 0, report
+    model, check = report["model"], report["self_check"]
+    assert (model["class"], model["profile"], model["changes"]) == FAMILIES[name]
+    objective = oracle.OBJECTIVES[model["profile"]]
+    assert check["passed"] and check["objective"]["normalization"] == objective.normalization
+    default, window, per_sample = (check["checks"][k] for k in ("default", "window", "window_per_sample"))
+    assert default["normalization"] == objective.normalization and default["same_as_release"]  # bitwise
+    assert window["settings"] == {"diffusion_loss_normalization": "window"} and window["normalization"] == "window"
+    assert per_sample["settings"] == {"diffusion_loss_normalization": "window", "diffusion_noise": "per_sample"}
+    assert all(c["passed"] and c["worst_error_over_tolerance"] <= 1 for c in (default, window, per_sample))
+    assert len(set(window["counts"])) > 1 and window["counts"] == default["counts"]  # the same masks
+    assert window["control_worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
+    assert access_times(directory) == before
+    text = doctor.render(report).splitlines()
+    assert text[-4].startswith(f"Self-check (cpu, tiny random {model['class']}, GA 2; the family's objective: ")
+    assert [line.split(" - ")[0] for line in text[-3:]] == [
+        "  default (no flag): PASS",
+        "  diffusion_loss_normalization='window': PASS",
+        "  diffusion_loss_normalization='window', diffusion_noise='per_sample': PASS",
+    ]
+    assert text[-3].endswith("; bitwise the release's own (an unpatched run)")
+
+
+def test_with_the_plugin_off_the_window_check_fails_and_the_default_still_holds(checkpoints, tmp_path, monkeypatch):
+    """unpatched(): the release without the plugin has no window opt-in (exit 1 on every release)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the copy and the run folders: not in /tmp
+    with unsloth_diffusion_norm.unpatched():
+        report = doctor.examine(model=str(checkpoints["llada_answer_length"]))
+    checks = report["self_check"]["checks"]
+    assert report["exit"] == 1 and report["mode"] == registry.UNPATCHED and not report["self_check"]["passed"]
+    assert checks["default"]["passed"] and checks["default"]["same_as_release"]
+    for name in ("window", "window_per_sample"):
+        assert not checks[name]["passed"]
+        assert "unexpected keyword argument 'diffusion_loss_normalization'" in checks[name]["error"]
+    assert "  diffusion_loss_normalization='window': FAIL - it could not run: TypeError: " in doctor.render(report)
+
+
+@pytest.fixture(scope="module")
+def family_runs(checkpoints, tmp_path_factory):
+    """Each family's tiny copy, built once, and one default run of it: {name: (copy, run)}."""
+    where = tmp_path_factory.mktemp("copies")
+    unsloth_diffusion_norm.apply()
+    copies = {name: own_model.prepare(checkpoints[name], workdir=where) for name in FAMILIES}
+    return {name: (copy, reproduce.train_copy(0, copy)) for name, copy in copies.items()}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_release_s_own_loss_matches_its_family_s_oracle_and_misses_it_with_the_other_rule(name, family_runs):
+    """The oracle's knobs are not decoration: Dream's default run misses it unshifted, LLaDA's with Dream's
+    per-micro-batch masked-token normalization instead of its answer lengths."""
+    copy, run = family_runs[name]
+    objective = oracle.OBJECTIVES[copy.profile]
+    assert reproduce.judge_copy(run, copy).ok
+    shift, normalization = (
+        (False, objective.normalization) if objective.shift else (objective.shift, oracle.MASKED_TOKENS)
+    )
+    verdict = judging.judge(
+        run,
+        run.windows[0],
+        eps=objective.eps,
+        eos_id=copy.eos_id,
+        mask_id=copy.mask_id,
+        shift=shift,
+        normalization=normalization,
+    )
+    assert verdict.worst > oracle.CONTROL_FACTORS["fp32"]
+
+
+def test_per_sample_noise_at_llada_s_own_normalization_or_its_refusal(family_runs, plugin):
+    """LLaDA's answer-length normalization takes per-sample noise on 2026.10.7+ only: 2026.10.4-.6 refuse it at
+    construction, naming the way out (Dream's per-micro-batch masked-token one takes it everywhere)."""
+    copy, _ = family_runs["llada_answer_length"]
+    if MODE == registry.PATCHED:
+        with pytest.raises(ValueError) as refused:
+            reproduce.train_copy(0, copy, diffusion_noise="per_sample")
+        assert str(refused.value) == (
+            "unsloth_diffusion_norm: diffusion_noise='per_sample' with 'llada''s own 'answer_length' normalization "
+            "is not available on this release; set diffusion_loss_normalization='window' or leave diffusion_noise "
+            "at None."
+        )
+        return
+    run = reproduce.train_copy(0, copy, diffusion_noise="per_sample")
+    assert run.windows[0].batches[0]["keys"] and reproduce.judge_copy(run, copy).ok
+
+
+def test_reproduce_model_on_a_family_shows_the_window_opt_in_against_the_release_s_own(checkpoints, plugin, capsys):
+    assert cli.main(["reproduce", "--trust-remote-code", "--model", str(checkpoints["llada_answer_length"])]) == 0
+    out = capsys.readouterr().out
+    assert "The plugin changes the llada profile only on opt-in: unpatched = the release's own normalization" in out
+    within = next(line for line in out.splitlines() if line.startswith("| within tolerance"))
+    assert tuple(cell.strip() for cell in within.split("|")[2:5]) == ("NO", "yes", "—")
+
+
+def _plain_import(tmp_path, name, module):
+    """A fixture's code imported as an ordinary package: without Unsloth's remote-code loader in between."""
+    package = tmp_path / f"plain_{name}"
+    package.mkdir()
+    (package / "__init__.py").touch()
+    for entry in os.listdir(os.path.join(FIXTURES, name)):
+        if entry.endswith(".py"):
+            shutil.copyfile(os.path.join(FIXTURES, name, entry), package / entry)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module(f"plain_{name}.{module}")
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_the_family_fixtures_carry_the_published_quirks(family_runs, tmp_path, monkeypatch):
+    import torch
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    dream = _plain_import(tmp_path, "dream_shifted_logits", "modeling_dream")
+    config = dream.DreamConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
+    if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x dropped "default"; Unsloth's loader supplies it
+        with pytest.raises(KeyError, match="default"):
+            dream.DreamRotaryEmbedding(config)
+    else:
+        dream.DreamRotaryEmbedding(config)
+    copy = tmp_path / "no_generation_config"
+    shutil.copytree(family_runs["dream_shifted_logits"][0].checkpoint, copy)
+    os.remove(copy / "generation_config.json")
+    with pytest.raises(OSError, match="generation_config.json"):
+        transformers.AutoModel.from_pretrained(str(copy), trust_remote_code=True, local_files_only=True)
+
+    monkeypatch.setitem(CONFIG_MAPPING._extra_content, "llada", None)  # what the import registers, put back after
+    llada = _plain_import(tmp_path, "llada_answer_length", "modeling_llada")
+    assert CONFIG_MAPPING["llada"] is llada.LLaDAConfig  # registered by the import
+    config = llada.LLaDAConfig(
+        d_model=64, n_heads=4, n_kv_heads=4, n_layers=1, mlp_hidden_size=128, vocab_size=300, embedding_size=300
+    )
+    assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers) == (64, 4, 1)
+    with pytest.raises(AttributeError):
+        config.hidden_size = 32  # read-only: derived from d_model
+    with torch.random.fork_rng(devices=[]):  # a later test draws its masks from the global generator as it is
+        model = llada.LLaDAModelLM(config).eval()
+    tokens = torch.arange(10, 18)[None]
+    with torch.no_grad():
+        assert torch.equal(model(tokens).logits, model(tokens, attention_mask=torch.zeros_like(tokens)).logits)
+
+
 # --- what the self-check cannot run on: one line, exit 2 ---
 
 
@@ -296,11 +481,12 @@ def test_a_checkpoint_the_self_check_cannot_run_on_is_one_line_and_exit_2(case, 
         ),
         "another profile": (
             lambda d: [
-                replace_in(f, '"nemotron_labs_diffusion"', '"llada"')(d)
+                replace_in(f, '"nemotron_labs_diffusion"', '"sdar"')(d)
                 for f in ("config.json", "configuration_nemotron_diffusion.py")
             ],
             [],
-            "to its 'llada' profile; the self-check's oracle is the nemotron_labs_diffusion objective",
+            "to its 'sdar' profile; the self-check's oracle knows the nemotron_labs_diffusion, dream, llada "
+            "objectives, the ones this plugin changes",
         ),
         "does not build": (
             None,

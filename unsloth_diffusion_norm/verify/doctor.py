@@ -125,6 +125,16 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
             subject = own_model.prepare(model, settings)
             report["model"] = subject.describe()
         try:
+            if reproduce.opts_in(subject):  # Dream, LLaDA: the plugin changes them only when a run opts in
+                report["verdict"] += (
+                    f" {subject.model_class}'s family ({subject.profile}) keeps its own normalization unless a "
+                    "run sets diffusion_loss_normalization='window'."
+                )
+                checks = reproduce.family_checks(0, subject, device)
+                seconds = round(time.perf_counter() - started, 2)
+                report["self_check"] = {**checks, "seconds": seconds, "device": str(device)}
+                report["exit"] = FIXED if fixed and checks["passed"] else AFFECTED
+                return report
             # this stack as it is: patched, native or unfixed
             verdict = reproduce.measure(seed=0, model=subject, device=device)
         except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
@@ -188,7 +198,9 @@ def render(report):
             f"{model['profile']}) from its own code, at a tiny size with random weights: {shrunk}"
         )
         subject = f"tiny random {model['class']}"
-    if check and "error" in check:
+    if check and "checks" in check:
+        lines += _family_lines(check, subject)
+    elif check and "error" in check:
         lines.append(f"Self-check: FAIL - it could not run: {check['error']}")
     elif check:
         lines.append(
@@ -199,3 +211,37 @@ def render(report):
             f"({check['seconds']} s)"
         )
     return "\n".join(lines)
+
+
+def _family_lines(check, subject):
+    """doctor's lines for a family the plugin changes only on opt-in (reproduce.family_checks)."""
+    objective = check["objective"]
+    lines = [
+        f"Self-check ({check['device']}, {subject}, GA 2; the family's objective: logits "
+        f"{'shifted' if objective['shift'] else 'unshifted'}, {objective['normalization']} normalization, eps "
+        f"{objective['eps']:g}): {'PASS' if check['passed'] else 'FAIL'} ({check['seconds']} s)"
+    ]
+    for one in check["checks"].values():
+        flags = ", ".join(f"{k}={v!r}" for k, v in one["settings"].items()) or "default (no flag)"
+        if "error" in one:
+            lines.append(f"  {flags}: FAIL - it could not run: {one['error']}")
+            continue
+        line = (
+            f"  {flags}: {'PASS' if one['passed'] else 'FAIL'} - loss {one['loss']:.6f} vs {one['normalization']} "
+            f"oracle {one['reference_loss']:.6f}, max grad error {one['grad_error']:.2e}, max param error "
+            f"{one['param_error']:.2e}, worst error/tolerance {one['worst_error_over_tolerance']:.3g}, masked "
+            f"tokens {one['counts']}"
+        )
+        if "same_as_release" in one:
+            line += (
+                "; bitwise the release's own (an unpatched run)"
+                if one["same_as_release"]
+                else "; NOT bitwise the release's own (an unpatched run differs)"
+            )
+        if "control_worst_error_over_tolerance" in one:
+            line += (
+                f"; the release's own normalization misses this oracle by "
+                f"{one['control_worst_error_over_tolerance']:.3g} tolerances"
+            )
+        lines.append(line)
+    return lines

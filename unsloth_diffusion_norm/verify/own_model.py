@@ -234,7 +234,8 @@ def _resolve(source, checkpoint):
     import transformers
     from unsloth.models.diffusion_profiles import resolve_diffusion_profile
 
-    from ..detect import NEMOTRON, unsloth_version
+    from ..detect import unsloth_version
+    from .oracle import OBJECTIVES
 
     try:
         config = transformers.AutoConfig.from_pretrained(checkpoint, trust_remote_code=True, local_files_only=True)
@@ -244,13 +245,14 @@ def _resolve(source, checkpoint):
     described = f"model_type {config.model_type!r} (architectures {getattr(config, 'architectures', None)})"
     if profile is None:
         raise Refused(f"Unsloth {unsloth_version()} has no masked-diffusion profile for {described} in {source!r}")
-    if profile.name != NEMOTRON:
+    if profile.name not in OBJECTIVES:
         raise Refused(
-            f"Unsloth resolves {described} to its {profile.name!r} profile; the self-check's oracle "
-            f"is the {NEMOTRON} objective, the only one this plugin changes"
+            f"Unsloth resolves {described} to its {profile.name!r} profile; the self-check's oracle knows "
+            f"the {', '.join(OBJECTIVES)} objectives, the ones this plugin changes"
         )
     auto_map = getattr(config, "auto_map", None) or {}
-    # The class Unsloth's profile loads: its own auto class first (AutoModel for Nemotron), as it picks it.
+    # The class Unsloth's profile loads: its own auto class first (AutoModel for Nemotron and Dream,
+    # AutoModelForCausalLM for LLaDA), as it picks it.
     names = (getattr(profile, "auto_class", None), "AutoModelForCausalLM", "AutoModel")
     auto = next((n for n in names if n and auto_map.get(n)), None)
     if auto is None:
