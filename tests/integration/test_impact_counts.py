@@ -88,18 +88,21 @@ def test_maskable_counts_are_the_real_trainers_micro_batches(trainer):
 
     set_seed(SEED)  # as train() does before it builds the dataloader (the sampler reads the seed then)
     batches = iter(trainer.get_train_dataloader())
-    real = []
+    real, padded = [], []
     while True:
         window, _ = trainer.get_batch_samples(batches, ACCUMULATION, torch.device("cpu"))
         if not window:
             break
         real.append([maskable(batch) for batch in window])
+        padded += [batch["input_ids"].shape[1] for batch in window]
     plan = impact.layout(prepared(trainer), settings())
     mine = [
         [plan.maskable[plan.micro_batch == mb].tolist() for mb in np.flatnonzero(plan.step_of_micro_batch == s)]
         for s in range(plan.steps)
     ]
     assert mine == real
+    assert plan.padded.tolist() == padded  # P of the global RNG's draws
+    assert plan.position.tolist() == [i for window in real for batch in window for i in range(len(batch))]
     assert plan.k.tolist() == [len(w) for w in real]  # the last window partial
 
 
@@ -120,11 +123,10 @@ def test_ranks_get_accelerates_round_robin_deal(trainer, world):
             use_seedable_sampler=True,
             data_seed=SEED,
         )
-        real = [maskable(batch) for batch in loader]
-        mine = [
-            plan.maskable[plan.micro_batch == mb].tolist()
-            for mb in range(len(plan.step_of_micro_batch))
-            if mb % world == rank
-        ]
+        batches = list(loader)
+        real = [maskable(batch) for batch in batches]
+        ours = np.flatnonzero(plan.rank == rank)  # in the rank's own order
+        mine = [plan.maskable[plan.micro_batch == mb].tolist() for mb in ours]
         assert mine == real, rank
+        assert plan.padded[ours].tolist() == [batch["input_ids"].shape[1] for batch in batches], rank
     assert fixtures.EPS == impact.Settings().diffusion_eps  # the Nemotron profile's default, in both places

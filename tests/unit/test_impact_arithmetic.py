@@ -1,6 +1,7 @@
 """`impact`'s arithmetic against exact values, its command line on a dataset the project builds, and its
 one-line refusals (no Unsloth: the arithmetic needs numpy; the command line TRL's tokenization)."""
 
+import dataclasses
 import json
 import os
 from importlib import metadata
@@ -41,16 +42,83 @@ def test_the_estimate_holds_the_exact_value_in_its_interval(k, world, global_rng
 
 
 def test_the_exact_value_is_the_monte_carlo_limit_of_an_independent_simulation():
-    """A plain simulation with no code of impact's: k·W counts, t shared by the ranks of a slot."""
+    """A plain simulation with no code of impact's: k counts, repeated on every rank (in-sync ranks under the
+    global RNG draw identical masks), and k·W independent counts with per-sample noise."""
     rng = np.random.default_rng(7)
     k, world, draws = 2, 2, 400_000
-    t = np.repeat(rng.random((draws, k)), world, axis=1)
-    counts = rng.binomial(ANSWER, (1 - EPS) * t + EPS)
-    total = counts.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        share = np.where(total > 0, 0.5 * np.abs(1 / (k * world) - counts / total).sum(axis=1, keepdims=True), 0)
-    half = impact.Z95 * share.std() / np.sqrt(draws)
-    assert abs(share.mean() - impact.exact_share(k, world, ANSWER, EPS, True)) <= half
+    for global_rng, width in ((True, k), (False, k * world)):
+        counts = rng.binomial(ANSWER, (1 - EPS) * rng.random((draws, width)) + EPS)
+        counts = np.repeat(counts, k * world // width, axis=1)
+        total = counts.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            share = np.where(total > 0, 0.5 * np.abs(1 / (k * world) - counts / total).sum(axis=1, keepdims=True), 0)
+        half = impact.Z95 * share.std() / np.sqrt(draws)
+        assert abs(share.mean() - impact.exact_share(k, world, ANSWER, EPS, global_rng)) <= half, global_rng
+
+
+# ----------------------------------------------------------------- the global RNG's stream, replayed
+
+
+def replay(prepared, settings, seed):
+    """Every rank's noise drawn as the release draws it, with torch's real CPU generator: seeded alike on
+    every rank, then per micro-batch t = rand(B), u = rand(B, P), masked = (u < p) & maskable, where the
+    maskable positions are the answer (the end of the row's tokens) and the EOS tail after it."""
+    import torch
+
+    t_all, counts = [], []
+    for rank_batches in impact.micro_batches(len(prepared.length), settings):
+        torch.manual_seed(seed)
+        for rows in rank_batches:
+            length = torch.as_tensor(prepared.length[rows])[:, None]
+            answer = torch.as_tensor(prepared.supervised[rows])[:, None]
+            at = torch.arange(int(length.max()))[None, :]
+            maskable = ((at >= length - answer) & (at < length)) | ((at >= length) & (answer > 0))
+            t = torch.rand(len(rows))
+            u = torch.rand(len(rows), at.shape[1])
+            masked = (u < ((1 - EPS) * t + EPS)[:, None]) & maskable
+            t_all.append(t.numpy())
+            counts.append(masked.sum(dim=1).numpy())
+    return np.concatenate(t_all), np.concatenate(counts)
+
+
+@pytest.mark.parametrize("world, batch", [(2, 1), (2, 2), (3, 1), (3, 2)])
+def test_the_stream_model_draws_what_torchs_generator_draws(world, batch, monkeypatch):
+    """Unequal lengths, rows without an answer, ragged micro-batches with padding: the stream model's t and
+    counts from one stream equal a replay of every rank with torch's own generator, integer for integer."""
+    import torch
+
+    seed = 10 * world + batch
+    rng = np.random.default_rng(seed)
+    answer = rng.integers(0, 9, 23)
+    prepared = impact.Prepared(answer + rng.integers(1, 7, 23), answer, "ragged")
+    settings = impact.Settings(
+        per_device_train_batch_size=batch, gradient_accumulation_steps=2, world_size=world, max_length=None, seed=seed
+    )
+    plan = impact.layout(prepared, settings)
+    torch.manual_seed(seed)
+    stream = torch.rand(impact.stream_reads(plan)[2]).numpy()
+    t_real, counts_real = replay(prepared, settings, seed)
+    monkeypatch.setattr(impact, "GATHER", 7)  # the chunked gather reads the same values
+    for t, counts in (impact.stream_counts(plan, stream, EPS), impact.stream_counts(plan, stream[None], EPS)):
+        assert np.array_equal(np.squeeze(t), t_real) and np.array_equal(np.squeeze(counts), counts_real)
+    assert counts_real.sum() > 0 and (counts_real == 0).any()
+
+
+def test_in_sync_ranks_share_noise_and_out_of_sync_ranks_do_not():
+    equal = impact.Prepared(np.full(8, 13), np.full(8, ANSWER), "equal")
+    settings = impact.Settings(
+        per_device_train_batch_size=1, gradient_accumulation_steps=2, world_size=2, max_length=None
+    )
+    t_at, _, _ = impact.stream_reads(impact.layout(equal, settings))
+    assert np.array_equal(t_at[:4], t_at[4:])  # rank 0's rows, then rank 1's: the same stream indices
+    found = impact.estimate(impact.layout(equal, settings), EPS, draws=2000)
+    assert found.distinct_global == 2 and found.distinct_per_sample == 4
+    ragged = impact.Prepared(np.arange(8) + 12, np.full(8, ANSWER), "ragged")
+    plan = impact.layout(ragged, dataclasses.replace(settings, train_sampling_strategy="sequential"))
+    t_at, _, _ = impact.stream_reads(plan)
+    assert t_at[0] == t_at[4] and len(set(t_at[1:4]) & set(t_at[5:])) == 0  # apart after the first shapes
+    found = impact.estimate(plan, EPS, draws=2000)
+    assert found.distinct_global == (3 + 4) / 2  # 2 steps of 4 rows: the first micro-batch shared
 
 
 def rho_inverted(count, total, k, world):
@@ -109,10 +177,13 @@ def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tm
     out, err = capsys.readouterr()
     assert code == cli.DONE, err
     assert "share of loss weight moved per optimizer step" in out and "verdict:" in out
-    assert "distinct noise levels per optimizer step: 8.0 under the global RNG" in out  # 2 x 4 slots, 2 ranks
+    assert "distinct noise levels per optimizer step: " in out
     report = json.loads(out_json.read_text())
     assert report["settings"]["per_device_train_batch_size"] == 2 and report["settings"]["world_size"] == 2
     assert 0 < report["low"] <= report["share"] <= report["high"] < 1
+    # 2 x 4 rows a step on each of 2 ranks: both ranks start the stream at 0 and share their first
+    # micro-batch's t; ragged shapes then put them apart.
+    assert report["distinct_per_sample"] == 16 and 8 < report["distinct_global"] < 16
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -11,9 +11,12 @@ The counts follow the release's pipeline: TRL's dataset preparation (EOS appende
 max_length truncation, rows left without a supervised token dropped), the Trainer's seeded sampler and
 accelerate's round-robin deal of micro-batches to ranks, right padding to the micro-batch's longest row,
 and the response mask plus the EOS tail of rows that have a response (unsloth_diffusion_norm/noise.py).
-Given the row's noise level t, the per-token draw makes a row's count Binomial(maskable, (1-eps)·t + eps),
-so the Monte Carlo draws t and that binomial; `exact_share` gives the expectation for equal-length answers
-by a sum over binomial counts with Gauss-Legendre quadrature over t, which the tests hold the estimate to.
+On one rank, or with per-sample noise, a row's t and per-token draws are its own, so its count is
+Binomial(maskable, (1-eps)·t + eps) given t, and the Monte Carlo draws t and that binomial. With W > 1
+ranks under the global RNG the ranks read one seeded stream from the same start (stream_counts), so the
+Monte Carlo draws the stream and reads it as they do. `exact_share` gives the expectation for equal-length
+answers by a sum over binomial counts with Gauss-Legendre quadrature over t, which the tests hold the
+estimate to.
 """
 
 import dataclasses
@@ -407,15 +410,17 @@ def micro_batches(count, settings):
 @dataclass
 class Layout:
     """The epoch's rows as the steps see them. Rows: maskable count, answer (supervised) length, the
-    micro-batch they sit in and their noise slot (step, position in the window, row in the micro-batch:
-    what every rank draws alike under the global RNG). Micro-batches: their step. Steps: micro-batches per
-    rank (k, the last window may be partial)."""
+    micro-batch they sit in and their position in it. Micro-batches, in (step, position in the window,
+    rank) order: their step, rank and padded length P. Steps: micro-batches per rank (k, the last window
+    may be partial)."""
 
     maskable: np.ndarray
     answer: np.ndarray
     micro_batch: np.ndarray
-    slot: np.ndarray
+    position: np.ndarray
     step_of_micro_batch: np.ndarray
+    rank: np.ndarray
+    padded: np.ndarray
     k: np.ndarray
     world_size: int
     batch_size: int
@@ -437,26 +442,30 @@ def layout(prepared, settings, batches=None):
         raise Unusable("no usable rows: not one full micro-batch (dataloader_drop_last drops them all)")
     steps = -(-per_rank // accumulation)
     k = np.array([min(accumulation, per_rank - s * accumulation) for s in range(steps)], dtype=np.int64)
-    maskable, answer, micro_batch, slot = [], [], [], []
+    maskable, answer, micro_batch, position, ids, ranks, padded_lengths = [], [], [], [], [], [], []
     multiple = settings.pad_to_multiple_of or 1
     for r, rank_batches in enumerate(batches):
-        for position, rows in enumerate(rank_batches):
-            step, g = divmod(position, accumulation)
+        for at, rows in enumerate(rank_batches):
             rows = np.asarray(rows, dtype=np.int64)
             length, supervised = prepared.length[rows], prepared.supervised[rows]
             padded = -(-int(length.max()) // multiple) * multiple
             maskable.append(np.where(supervised > 0, supervised + padded - length, 0))
             answer.append(supervised)
-            index = (step * accumulation + g) * world + r  # micro-batches ordered step by step
+            index = at * world + r  # micro-batches ordered step by step, then by position, then by rank
             micro_batch.append(np.full(len(rows), index))
-            slot.append((step * accumulation + g) * settings.per_device_train_batch_size + np.arange(len(rows)))
-    order_step = np.repeat(np.arange(steps), k * world)
+            position.append(np.arange(len(rows)))
+            ids.append(index)
+            ranks.append(r)
+            padded_lengths.append(padded)
+    order = np.argsort(ids)  # the dense order of _dense
     return Layout(
         maskable=np.concatenate(maskable),
         answer=np.concatenate(answer),
         micro_batch=_dense(np.concatenate(micro_batch)),
-        slot=np.concatenate(slot),
-        step_of_micro_batch=order_step,
+        position=np.concatenate(position),
+        step_of_micro_batch=np.repeat(np.arange(steps), k * world),
+        rank=np.asarray(ranks, dtype=np.int64)[order],
+        padded=np.asarray(padded_lengths, dtype=np.int64)[order],
         k=k,
         world_size=world,
         batch_size=settings.per_device_train_batch_size,
@@ -535,18 +544,73 @@ def _chunks(total, size):
         total -= size
 
 
+GATHER = 4_000_000  # stream values gathered at once: bounds the memory of the global-RNG draws
+
+
+def stream_reads(layout):
+    """Where each row reads the global generator's stream under the global RNG. On CPU it is one stream
+    of uniforms; a draw of n values takes the next n. transformers seeds every rank alike, so every rank
+    starts at 0 and walks its own micro-batches in order: micro-batch (B rows, padded length P) at offset
+    o draws t = stream[o : o+B], then u = stream[o+B : o+B+B·P] row by row, and moves o on by B·(1+P).
+    Returns, per row, the index of its t and the end of its u row, and the longest rank's consumption.
+    A row's maskable positions are the last `maskable` of its u row: the answer is the suffix of the kept
+    tokens and the EOS tail follows it (exact for prompt/completion rows; a multi-turn completion mask is
+    treated as a suffix of the same size)."""
+    n_mb = len(layout.padded)
+    rows = np.bincount(layout.micro_batch, minlength=n_mb)
+    used = rows * (1 + layout.padded)
+    order = np.lexsort((np.arange(n_mb), layout.rank))  # by rank, then in the rank's own order
+    before = np.cumsum(used[order]) - used[order]
+    ranks = layout.rank[order]
+    offset = np.empty(n_mb, dtype=np.int64)
+    offset[order] = before - before[np.searchsorted(ranks, ranks)]  # from 0 on every rank
+    mb, i = layout.micro_batch, layout.position
+    t_at = offset[mb] + i
+    u_end = offset[mb] + rows[mb] + (i + 1) * layout.padded[mb]
+    return t_at, u_end, int(np.bincount(layout.rank, weights=used).max())
+
+
+def stream_counts(layout, stream, eps, reads=None):
+    """Each row's t and masked count, #(u < (1-eps)·t + eps) over its maskable positions, exactly as the
+    ranks draw them from one uniform `stream` (1-D; or [draws, n], one stream a row). p is computed in the
+    stream's precision, as torch computes it in float32."""
+    t_at, u_end, _ = stream_reads(layout) if reads is None else reads
+    stream = np.asarray(stream)
+    stack = np.atleast_2d(stream)
+    one = stack.dtype.type
+    t = stack[:, t_at]
+    p = one(1 - eps) * t + one(eps)
+    counts = np.zeros(t.shape, dtype=np.int64)
+    m = layout.maskable
+    rows = np.flatnonzero(m > 0)
+    ends = np.cumsum(m[rows])
+    per = max(1, GATHER // len(stack))
+    lo = 0
+    while lo < len(rows):  # rows in chunks of about GATHER/draws gathered values
+        hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per, side="right")))
+        chunk, width = rows[lo:hi], m[rows[lo:hi]]
+        segment = np.cumsum(width) - width  # each row's first value in the gathered block
+        at = np.arange(int(width.sum())) - np.repeat(segment, width) + np.repeat(u_end[chunk] - width, width)
+        hit = stack[:, at] < np.repeat(p[:, chunk], width, axis=1)
+        counts[:, chunk] = np.add.reduceat(hit, segment, axis=1, dtype=np.int64)
+        lo = hi
+    return (t[0], counts[0]) if stream.ndim == 1 else (t, counts)
+
+
 def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progress=None):
-    """Monte Carlo over whole passes of the epoch's steps (at least `draws` steps): t per row (shared by
-    every rank's row in the same slot under the global RNG: transformers seeds every rank alike), then the
-    row's count ~ Binomial(maskable, (1-eps)·t + eps) (per-token draws independent given t)."""
+    """Monte Carlo over whole passes of the epoch's steps (at least `draws` steps). With W > 1 under the
+    global RNG every pass draws a fresh uniform stream and reads every row's t and u from it as the ranks
+    do (stream_counts): in-sync ranks share noise, ranks whose earlier shapes differed do not. Otherwise
+    t ~ U(0, 1) per row and its count ~ Binomial(maskable, (1-eps)·t + eps), exact in distribution there:
+    one rank reads every t and u at distinct stream indices, and per-sample noise gives each row its own."""
     rng = np.random.default_rng(seed)
     steps, world = layout.steps, layout.world_size
     passes = max(1, -(-draws // steps))
     mb_step = layout.step_of_micro_batch
     n_mb = len(mb_step)
     k_of_mb = layout.k[mb_step]
-    row_step = mb_step[layout.micro_batch]
-    slots, slot_index = np.unique(layout.slot, return_inverse=True)
+    reads = stream_reads(layout)
+    shared = global_rng and world > 1
     answer_edges = _length_edges(layout.answer[layout.maskable > 0])
     answer_bin = np.clip(np.searchsorted(answer_edges, layout.answer, side="right") - 1, 0, len(answer_edges) - 2)
     sums = {name: 0.0 for name in ("share", "share2")}
@@ -554,11 +618,15 @@ def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progres
     length = np.zeros((4, len(answer_edges) - 1))
     rho_values, rho_weights = [], []
     chunk = max(1, 2_000_000 // max(1, len(layout.maskable)))
+    if shared:
+        chunk = max(1, min(chunk, GATHER // reads[2]))
     done = 0
     for size in _chunks(passes, chunk):
-        t = rng.random((size, len(slots) if global_rng else len(layout.maskable)))
-        t = t[:, slot_index] if global_rng else t
-        counts = rng.binomial(layout.maskable, (1 - eps) * t + eps)
+        if shared:  # float32: torch's CPU uniforms are float32 too
+            t, counts = stream_counts(layout, rng.random((size, reads[2]), dtype=np.float32), eps, reads)
+        else:
+            t = rng.random((size, len(layout.maskable)))
+            counts = rng.binomial(layout.maskable, (1 - eps) * t + eps)
         mb_counts = _sum_by(counts, layout.micro_batch, n_mb)
         totals = _sum_by(mb_counts, mb_step, steps)
         per_mb_total = totals[:, mb_step]
@@ -596,8 +664,8 @@ def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progres
         percentiles=_weighted_percentiles(values, weights),
         noise_bins=_bins(noise, np.linspace(0, 1, NOISE_BINS + 1), count),
         length_bins=_bins(length, answer_edges, count),
-        distinct_global=_distinct(layout, row_step, True),
-        distinct_per_sample=_distinct(layout, row_step, False),
+        distinct_global=_distinct(layout, reads[0], True),
+        distinct_per_sample=_distinct(layout, reads[0], False),
         steps=steps,
         micro_batches_per_step=int(layout.accumulation * world),
     )
@@ -646,50 +714,42 @@ def _weighted_percentiles(values, weights):
     return out
 
 
-def _distinct(layout, row_step, global_rng):
+def _distinct(layout, t_at, global_rng):
     """Mean number of distinct noise levels the masked tokens of an optimizer step come from: one per row
-    with a maskable token; under the global RNG the rows in the same slot on every rank share one."""
+    with a maskable token; under the global RNG, one per distinct stream index of those rows' t (ranks in
+    sync share them, ranks out of sync do not)."""
     has = layout.maskable > 0
-    keys = layout.slot[has] if global_rng else np.flatnonzero(has)
+    keys = t_at[has] if global_rng else np.flatnonzero(has)
+    row_step = layout.step_of_micro_batch[layout.micro_batch]
     pairs = np.unique(np.stack([row_step[has], keys]), axis=1)
     return float(np.bincount(pairs[0], minlength=layout.steps).mean())
 
 
 def exact_share(k, world, maskable, eps, global_rng=True):
     """E[½ Σ |1/(k·W) − N/ΣN|] for one step of k micro-batches per rank on W ranks, batch size 1, every
-    answer with `maskable` tokens; t ~ U(0, 1) per row, shared by the W ranks' rows of a slot under the
-    global RNG; N | t ~ Binomial(maskable, (1-eps)·t + eps). Exact up to round-off: the binomial pmf is a
-    polynomial of degree `maskable` in t and Gauss-Legendre with Q nodes integrates degree 2Q-1 exactly.
-    By symmetry the sum is n = k·W times the term of one micro-batch, whose count a comes with the rest
-    b = its W-1 partners (same t under the global RNG) plus the other k-1 slots (own t each)."""
-    n = k * world
-    partners = world - 1 if global_rng else 0
-    group = world if global_rng else 1
-    others = (k - 1) if global_rng else (n - 1)
-    nodes, weights = np.polynomial.legendre.leggauss(max(8, (group * maskable) // 2 + 2))
+    row of the same length with `maskable` maskable tokens; t ~ U(0, 1) per micro-batch and
+    N | t ~ Binomial(maskable, (1-eps)·t + eps).
+    Under the global RNG every rank starts the stream at 0 and draws the same shapes, so every rank draws
+    the same t and u: identical masks, N_{g,r} = N_g, and the share is the one-rank value. Per-sample noise:
+    k·W independent micro-batches.
+    Exact up to round-off: the binomial pmf is a polynomial of degree `maskable` in t and Gauss-Legendre
+    with Q nodes integrates degree 2Q-1 exactly. By symmetry the sum is n times the term of one micro-batch,
+    whose count a comes with the rest b, the sum of the other n-1 independent counts."""
+    n = k * (1 if global_rng else world)
+    nodes, weights = np.polynomial.legendre.leggauss(max(8, maskable // 2 + 2))
     t, w = (nodes + 1) / 2, weights / 2
     a = np.arange(maskable + 1)
     p = ((1 - eps) * t + eps)[:, None]
     choose = np.array([math.comb(maskable, i) for i in a], dtype=float)
-    pmf = choose * p**a * (1 - p) ** (maskable - a)  # [Q, m+1]: Binomial(maskable, p) at each node
-    slot = sum(wq * _power(pq, group) for wq, pq in zip(w, pmf))  # one slot's total over its ranks
-    rest = _power(slot, others)
+    one = w @ (choose * p**a * (1 - p) ** (maskable - a))  # a micro-batch's count, t integrated out
+    rest = np.array([1.0])
+    for _ in range(n - 1):
+        rest = np.convolve(rest, one)
+    b = np.arange(len(rest))[None, :]
     a = a[:, None]
-    expected = 0.0
-    for wq, pq in zip(w, pmf):
-        b_dist = np.convolve(_power(pq, partners), rest)
-        b = np.arange(len(b_dist))[None, :]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            term = np.where(a + b > 0, np.abs(1 / n - a / (a + b)), 0.0)
-        expected += wq * (pq[:, None] * b_dist[None, :] * term).sum()
-    return 0.5 * n * expected
-
-
-def _power(pmf, times):
-    out = np.array([1.0])
-    for _ in range(times):
-        out = np.convolve(out, pmf)
-    return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(a + b > 0, np.abs(1 / n - a / (a + b)), 0.0)
+    return 0.5 * n * float((one[:, None] * rest[None, :] * term).sum())
 
 
 # ---------------------------------------------------------------------------------------- reporting
@@ -731,8 +791,9 @@ def render(found):
     if s["world_size"] > 1:
         lines += [
             "",
-            f"distinct noise levels per optimizer step: {e.distinct_global:.1f} under the global RNG (every rank "
-            f"draws alike), {e.distinct_per_sample:.1f} with per-sample noise (diffusion_noise='per_sample')",
+            f"distinct noise levels per optimizer step: {e.distinct_global:.1f} under the global RNG (ranks share "
+            f"them while their micro-batches' shapes have matched), {e.distinct_per_sample:.1f} with per-sample "
+            "noise (diffusion_noise='per_sample')",
         ]
     lines += ["", "verdict: " + e.verdict()]
     return "\n".join(lines)
