@@ -10,7 +10,7 @@ from test_oracle_cases import (
     CASES,
     full_training_windows_2_2_1_with_evaluation_parity,
     per_sample_noise_matches_oracle,
-    run_case,
+    plugin_matches_oracle_and_unpatched_misses,
 )
 
 import unsloth_diffusion_norm
@@ -31,27 +31,6 @@ def fp32():
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-def judged_on(device, case, record_property=None, **settings):
-    """One oracle case trained on `device`: the plugin's windows, then its per-micro-batch control's."""
-    spec = {**CASES[case], **settings}
-    unsloth_diffusion_norm.apply()
-    verdicts = run_case(device=device, **spec)
-    for i, verdict in enumerate(verdicts):
-        assert verdict.ok, f"{case} on {device}, window {i}: {verdict}"
-    if record_property is not None:  # into the JUnit XML: the per-case figures docs/gpu.md reports
-        record_property("worst_error_over_tolerance", max(v.worst for v in verdicts))
-        record_property("grad_error", max(v.grad_error for v in verdicts))
-        record_property("counts", [v.counts for v in verdicts])
-    if spec.pop("profile", None) is not None:
-        return verdicts  # the unpatched LLaDA objective is another formula
-    controls = run_case(device=device, control=True, **spec)
-    for verdict, control in zip(verdicts, controls):
-        assert control.counts == verdict.counts
-        if len(set(verdict.counts)) > 1:
-            assert control.worst > oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
-    return verdicts
 
 
 def compiled_against_eager(device, case):
@@ -77,7 +56,11 @@ def compiled_against_eager(device, case):
 @on_cuda
 @pytest.mark.parametrize("case", list(CASES))
 def test_oracle_cases_on_cuda_in_fp32(case, fp32, record_property):
-    judged_on(CUDA, case, record_property)
+    verdicts = plugin_matches_oracle_and_unpatched_misses(case, device=CUDA)
+    # Into the JUnit XML: the per-case figures docs/gpu.md reports.
+    record_property("worst_error_over_tolerance", max(v.worst for v in verdicts))
+    record_property("grad_error", max(v.grad_error for v in verdicts))
+    record_property("counts", [v.counts for v in verdicts])
 
 
 @pytest.mark.cuda
@@ -130,17 +113,14 @@ def test_doctor_self_check_on_cuda(fp32, record_property):
     assert report["device"].startswith("cuda")
 
 
-# --- what of the tier a CPU can run: its own code, at device="cpu", so that a slip shows before a GPU run -----
+# --- what of the tier a CPU can run: its own code at device="cpu", so that a slip shows before a GPU run (the
+# helpers it shares with test_oracle_cases.py and test_field.py run in those files' CPU tests) -------------------
 
 
+@pytest.mark.once  # the same code on every release; the oracle cases' CPU tests run the tier's judge
 def test_the_tiers_compile_check_runs_on_cpu_where_auto_is_eager():
     pytest.importorskip("unsloth.models.diffusion_loss", reason="the dense shape (2026.10.4-.5) has no chunked loss")
     compiled_against_eager("cpu", "seed-0")
-
-
-def test_the_tiers_oracle_case_runs_on_cpu():
-    verdicts = judged_on("cpu", "seed-1")
-    assert [len(v.counts) for v in verdicts] == [2, 2]
 
 
 def test_noise_drawn_on_a_device_replays_from_that_devices_generator():

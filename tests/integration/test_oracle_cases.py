@@ -46,18 +46,24 @@ def run_case(examples, inverse_t=True, profile=None, control=False, **kwargs):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_plugin_matches_oracle_and_unpatched_misses(case, trainer_stack):
+    plugin_matches_oracle_and_unpatched_misses(case)
+
+
+def plugin_matches_oracle_and_unpatched_misses(case, device="cpu"):
+    """The case trained on `device`, every window against the oracle, then its control's; returns the verdicts."""
     spec = dict(CASES[case])
     unsloth_diffusion_norm.apply()
-    verdicts = run_case(**spec)
+    verdicts = run_case(device=device, **spec)
     for i, verdict in enumerate(verdicts):
-        assert verdict.ok, f"{case} window {i}: {verdict}"
+        assert verdict.ok, f"{case} on {device}, window {i}: {verdict}"
     if spec.pop("profile", None) is not None:
-        return  # the unpatched LLaDA objective is another formula (answer length), not a bug
-    controls = run_case(control=True, **spec)
+        return verdicts  # the unpatched LLaDA objective is another formula (answer length), not a bug
+    controls = run_case(control=True, device=device, **spec)
     for verdict, control in zip(verdicts, controls):
         assert control.counts == verdict.counts  # same seed, same masks
         if len(verdict.counts) > 1 and len(set(verdict.counts)) > 1:
             assert control.worst > oracle.CONTROL_FACTORS["fp32"], f"{case}: the control could not fail: {control}"
+    return verdicts
 
 
 @pytest.mark.skipif(MODE != NATIVE, reason="a natively fixed release")
