@@ -65,7 +65,7 @@ def test_oracle_cases_on_cuda_in_fp32(case, fp32, record_property):
 
 @pytest.mark.cuda
 @on_cuda
-def test_the_tiny_model_loads_in_fp32_on_the_gpu():
+def test_the_tiny_model_loads_in_fp32_on_the_gpu(fp32):
     model, _ = fixtures.load_model(lora="frozen-head", device=CUDA)
     assert {(p.dtype, p.device.type) for p in model.parameters()} == {(torch.float32, CUDA)}
 
@@ -87,7 +87,7 @@ def test_compiled_chunked_loss_against_eager_and_the_oracle_on_cuda(case, fp32):
 
 @pytest.mark.cuda
 @on_cuda
-def test_bf16_on_cuda_against_the_bf16_floor_measured_there():
+def test_bf16_on_cuda_against_the_bf16_floor_measured_there(fp32):  # autocast aside, the oracle's fp32 is fp32
     outcomes = {name: scenarios.examine(name, scenarios.SCENARIOS[name], device=CUDA) for name in BF16}
     print("\n" + scenarios.render(outcomes.values()))
     bf16_tolerance_is_justified_by_the_ga1_floor(outcomes)
