@@ -791,8 +791,8 @@ def render(found):
     if s["world_size"] > 1:
         lines += [
             "",
-            f"distinct noise levels per optimizer step: {e.distinct_global:.1f} under the global RNG (ranks share "
-            f"them while their micro-batches' shapes have matched), {e.distinct_per_sample:.1f} with per-sample "
+            f"distinct noise levels per optimizer step: {e.distinct_global:.2f} under the global RNG (ranks share "
+            f"them while their micro-batches' shapes have matched), {e.distinct_per_sample:.2f} with per-sample "
             "noise (diffusion_noise='per_sample')",
         ]
     lines += ["", "verdict: " + e.verdict()]
