@@ -23,9 +23,9 @@ SITE=${SITE:-/tmp/udn-site}
 WORK=$(mktemp -d /tmp/udn-gpu-XXXX)
 PYTHON=${PYTHON:-python3}
 case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON") ;; esac # steps cd elsewhere
-# Seconds per step (install and stack per release, tier, bench on the chunked release, bench on the native one,
-# table): at most 480 in all with three releases; docs/gpu.md estimates ~380.
-LIMIT_INSTALL=10 LIMIT_STACK=7 LIMIT_TIER=160 LIMIT_BENCH=150 LIMIT_NATIVE=110 LIMIT_TABLE=9
+# Seconds per step (install per release, stack, tier, bench on the chunked release, bench on the native one,
+# table): at most 479 in all with three releases; docs/gpu.md estimates ~380.
+LIMIT_INSTALL=10 LIMIT_STACK=20 LIMIT_TIER=160 LIMIT_BENCH=150 LIMIT_NATIVE=110 LIMIT_TABLE=9
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 RELEASES=$(cd "$KIT" && ls -d 2026.* | sort | tr "\n" " ")
@@ -44,26 +44,22 @@ done
 
 say "the stack"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-for release in $RELEASES; do
-  PYTHONPATH=$SITE/$release:$ROOT timeout -k 5 $LIMIT_STACK "$PYTHON" - "$release" <<'EOF' || failed=1
-import importlib.metadata as metadata, sys
+timeout -k 5 $LIMIT_STACK "$PYTHON" - "$SITE" $RELEASES <<'EOF' || failed=1
+import importlib.metadata as metadata, os, sys
 import torch
-release = sys.argv[1]
+site, releases = sys.argv[1], sys.argv[2:]
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA DEVICE"
-print(f"{release}: Python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}), {gpu}")
+print(f"Python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}), {gpu}")
 names = ["unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "peft", "datasets", "dill", "multiprocess",
          "fsspec", "huggingface_hub", "triton", "wrapt", "pytest", "numpy"]
-found = []
-for name in names:
-    try:
-        dist = metadata.distribution(name)
-        where = "kit" if str(dist.locate_file("")).startswith("/tmp/udn-site") else "image"
-        found.append(f"{name} {dist.version} ({where})")
-    except metadata.PackageNotFoundError:
-        found.append(f"{name} MISSING")
-print("  " + ", ".join(found))
+for release in releases:
+    found = []
+    for name in names:  # the release's target first, as its PYTHONPATH puts it
+        dists = list(metadata.distributions(name=name, path=[os.path.join(site, release)] + sys.path))
+        where = dists and ("kit" if str(dists[0].locate_file("")).startswith(site) else "image")
+        found.append(f"{name} {dists[0].version} ({where})" if dists else f"{name} MISSING")
+    print(f"{release}: " + ", ".join(found))
 EOF
-done
 
 say "the cuda tier on every release at once (limit ${LIMIT_TIER} s)"
 tier() { # release, name, pytest arguments: in a directory of its own (Unsloth's and inductor's caches)
@@ -131,4 +127,6 @@ else
   failed=1
 fi
 say "done: exit $failed"
+exec >&- 2>&-
+wait # for the log's tee to write its last lines
 exit $failed
