@@ -274,21 +274,24 @@ def run(
     bf16=False,
     opt_ins=True,
     checkpoints=None,
+    first=None,
 ):
     """Every figure of the bench as a dict (what --json writes). `quick`: peak memory from this process
     instead of a second one (see QUICK). `gas`, `device`, `bf16`: see GPU; `opt_ins=False`: the variants
-    without an opt-in flag only; `checkpoints`: a directory where the random-weight checkpoints are kept
+    without an opt-in flag only; `first`: the first so many variants only; `checkpoints`: a directory where the random-weight checkpoints are kept
     and reused (by the next release's process). Removes every temporary directory it makes, also on Ctrl-C."""
     workdir = tempfile.mkdtemp(prefix="udn-bench-")
     try:
-        settings = dict(gas=tuple(gas), device=device, bf16=bf16, opt_ins=opt_ins, checkpoints=checkpoints)
+        settings = dict(gas=tuple(gas), device=device, bf16=bf16, opt_ins=opt_ins, checkpoints=checkpoints, first=first)
         return _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, **settings)
     finally:
         with processes.deferred_interrupts():
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas, device, bf16, opt_ins, checkpoints):
+def _run(
+    blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas, device, bf16, opt_ins, checkpoints, first
+):
     from ..activation import status
     from . import fixtures
 
@@ -307,7 +310,7 @@ def _run(blocks, steps, models, plot, ddp, log, memory_only, quick, workdir, gas
         found["device_name"] = _device_name(device)
     if plot and not can_plot():
         log(f"no plot: matplotlib is not installed ({PLOT_HINT})")
-    chosen = [v for v in variants(mode) if opt_ins or not v[2]]
+    chosen = [v for v in variants(mode) if opt_ins or not v[2]][:first]
     runs, total = 0, len(models) * blocks * len(gas) * len(chosen)
     for name in models:
         overrides, prompt, answer = {**MODELS, **GPU_MODELS}[name]
@@ -556,6 +559,7 @@ def main(argv=None):
     parser.add_argument("--smoke", action="store_true", help="the GPU bench's code at the tiny size on the CPU")
     parser.add_argument("--checkpoints", help="keep the random-weight checkpoint here, for the next release's part")
     parser.add_argument("--json", help="table: also write every part, as a list, here")
+    parser.add_argument("--first", type=int, help="gpu: the first so many variants only (the release's own: 1)")
     args = parser.parse_args(argv)
     if args.what == "table":
         parts = []
@@ -571,7 +575,7 @@ def main(argv=None):
 
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth  # noqa: F401
-    preset = {**(GPU_SMOKE if args.smoke else GPU), "checkpoints": args.checkpoints}
+    preset = {**(GPU_SMOKE if args.smoke else GPU), "checkpoints": args.checkpoints, "first": args.first}
     with Progress(lambda line: print(line, file=sys.stderr, flush=True)) as progress:
         found = gpu_part(args.paths[0], preset, log=progress.say)
     print(render_gpu([found]))
