@@ -13,10 +13,11 @@ accelerate's round-robin deal of micro-batches to ranks, right padding to the mi
 and the response mask plus the EOS tail of rows that have a response (unsloth_diffusion_norm/noise.py).
 On one rank, or with per-sample noise, a row's t and per-token draws are its own, so its count is
 Binomial(maskable, (1-eps)·t + eps) given t, and the Monte Carlo draws t and that binomial. With W > 1
-ranks under the global RNG the ranks read one seeded stream from the same start (stream_counts), so the
-Monte Carlo draws the stream and reads it as they do. `exact_share` gives the expectation for equal-length
-answers by a sum over binomial counts with Gauss-Legendre quadrature over t, which the tests hold the
-estimate to.
+ranks under the global RNG the ranks draw from generators seeded alike, so the Monte Carlo draws one
+uniform stream and reads it as the ranks do on the run's device (stream_reads): on CPU every rank walks one
+stream from the same start; on CUDA (torch's Philox) draw c of every rank reads the same block at the same
+indices. `exact_share` gives the expectation for equal-length answers by a sum over binomial counts with
+Gauss-Legendre quadrature over t, which the tests hold the estimate to.
 """
 
 import dataclasses
@@ -514,6 +515,7 @@ class Estimate:
     distinct_per_sample: float
     steps: int
     micro_batches_per_step: int
+    notes: list = field(default_factory=list)  # one line each, printed before the verdict
     settings: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
 
@@ -547,34 +549,61 @@ def _chunks(total, size):
 GATHER = 4_000_000  # stream values gathered at once: bounds the memory of the global-RNG draws
 
 
-def stream_reads(layout):
-    """Where each row reads the global generator's stream under the global RNG. On CPU it is one stream
-    of uniforms; a draw of n values takes the next n. transformers seeds every rank alike, so every rank
-    starts at 0 and walks its own micro-batches in order: micro-batch (B rows, padded length P) at offset
-    o draws t = stream[o : o+B], then u = stream[o+B : o+B+B·P] row by row, and moves o on by B·(1+P).
-    Returns, per row, the index of its t and the end of its u row, and the longest rank's consumption.
+DEVICES = ("cuda", "cpu")  # where the run drew its noise: the device input_ids live on
+# CUDA's Philox kernel moves the offset by 4 for a draw of at most 4 values x threads per SM x SMs (884,736 on
+# an A100, 1,081,344 on an H100); a larger draw moves it further, which the CUDA model does not follow.
+CUDA_ONE_OFFSET = 884_736
+
+
+def stream_reads(layout, device="cuda"):
+    """Where each row reads the global generator's stream under the global RNG, for `device`'s generator.
+    transformers seeds every rank alike and each rank draws, per micro-batch (B rows, padded length P) in its
+    own order, t = rand(B) then u = rand(B, P).
+    CPU: one stream of uniforms, a draw of n values taking the next n; every rank starts at 0, so micro-batch
+    at offset o reads t = stream[o : o+B], u = stream[o+B : o+B+B·P] row by row and moves o on by B·(1+P).
+    CUDA (torch's Philox, DistributionTemplates.h): a draw of up to ~1M values moves the offset by 4 whatever
+    its size and its value at flat index e depends only on (seed, offset, e), so draw c of every rank reads
+    one block X_c at the same index: the stream is the blocks end to end, each as long as the largest draw
+    of its call over the ranks (t of the micro-batch at rank position g is call 2g, u call 2g+1).
+    Returns, per row, the index of its t and the end of its u row, and the stream's length.
     A row's maskable positions are the last `maskable` of its u row: the answer is the suffix of the kept
     tokens and the EOS tail follows it (exact for prompt/completion rows; a multi-turn completion mask is
     treated as a suffix of the same size)."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, not {device!r}")
     n_mb = len(layout.padded)
     rows = np.bincount(layout.micro_batch, minlength=n_mb)
-    used = rows * (1 + layout.padded)
     order = np.lexsort((np.arange(n_mb), layout.rank))  # by rank, then in the rank's own order
-    before = np.cumsum(used[order]) - used[order]
     ranks = layout.rank[order]
-    offset = np.empty(n_mb, dtype=np.int64)
-    offset[order] = before - before[np.searchsorted(ranks, ranks)]  # from 0 on every rank
+    first = np.searchsorted(ranks, ranks)  # each rank's first micro-batch in `order`
     mb, i = layout.micro_batch, layout.position
+    if device == "cpu":
+        used = rows * (1 + layout.padded)
+        before = np.cumsum(used[order]) - used[order]
+        offset = np.empty(n_mb, dtype=np.int64)
+        offset[order] = before - before[first]  # from 0 on every rank
+        t_block, length = rows, int(np.bincount(layout.rank, weights=used).max())
+    else:
+        position = np.empty(n_mb, dtype=np.int64)
+        position[order] = np.arange(n_mb) - first  # the micro-batch's place in its rank's order
+        t_calls = np.zeros(position.max() + 1, dtype=np.int64)  # X_2g's length: the largest B at g
+        u_calls = np.zeros_like(t_calls)  # X_2g+1's: the largest B·P at g
+        np.maximum.at(t_calls, position, rows)
+        np.maximum.at(u_calls, position, rows * layout.padded)
+        both = t_calls + u_calls
+        starts = np.cumsum(both) - both
+        offset, t_block, length = starts[position], t_calls[position], int(both.sum())
     t_at = offset[mb] + i
-    u_end = offset[mb] + rows[mb] + (i + 1) * layout.padded[mb]
-    return t_at, u_end, int(np.bincount(layout.rank, weights=used).max())
+    u_end = offset[mb] + t_block[mb] + (i + 1) * layout.padded[mb]
+    return t_at, u_end, length
 
 
-def stream_counts(layout, stream, eps, reads=None):
+def stream_counts(layout, stream, eps, reads=None, device="cuda"):
     """Each row's t and masked count, #(u < (1-eps)·t + eps) over its maskable positions, exactly as the
-    ranks draw them from one uniform `stream` (1-D; or [draws, n], one stream a row). p is computed in the
-    stream's precision, as torch computes it in float32."""
-    t_at, u_end, _ = stream_reads(layout) if reads is None else reads
+    ranks draw them on `device` from one uniform `stream` (1-D; or [draws, n], one stream a row) laid out
+    as stream_reads says (`reads`, its result, saves recomputing it). p is computed in the stream's
+    precision, as torch computes it in float32."""
+    t_at, u_end, _ = stream_reads(layout, device) if reads is None else reads
     stream = np.asarray(stream)
     stack = np.atleast_2d(stream)
     one = stack.dtype.type
@@ -597,20 +626,29 @@ def stream_counts(layout, stream, eps, reads=None):
     return (t[0], counts[0]) if stream.ndim == 1 else (t, counts)
 
 
-def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progress=None):
+def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progress=None, device="cuda"):
     """Monte Carlo over whole passes of the epoch's steps (at least `draws` steps). With W > 1 under the
     global RNG every pass draws a fresh uniform stream and reads every row's t and u from it as the ranks
-    do (stream_counts): in-sync ranks share noise, ranks whose earlier shapes differed do not. Otherwise
-    t ~ U(0, 1) per row and its count ~ Binomial(maskable, (1-eps)·t + eps), exact in distribution there:
-    one rank reads every t and u at distinct stream indices, and per-sample noise gives each row its own."""
+    do on `device` (stream_reads, stream_counts): on CPU in-sync ranks share noise and ranks whose earlier
+    shapes differed do not; on CUDA every rank's row in the same slot shares its t, and u values are shared
+    at equal flat indices, whatever the shapes. Otherwise t ~ U(0, 1) per row and its count ~
+    Binomial(maskable, (1-eps)·t + eps), exact in distribution there on both devices: one rank reads every
+    t and u at distinct stream indices, and per-sample noise gives each row its own."""
     rng = np.random.default_rng(seed)
     steps, world = layout.steps, layout.world_size
     passes = max(1, -(-draws // steps))
     mb_step = layout.step_of_micro_batch
     n_mb = len(mb_step)
     k_of_mb = layout.k[mb_step]
-    reads = stream_reads(layout)
+    reads = stream_reads(layout, device)
     shared = global_rng and world > 1
+    notes = []
+    largest = int((np.bincount(layout.micro_batch, minlength=n_mb) * layout.padded).max())
+    if shared and device == "cuda" and largest > CUDA_ONE_OFFSET:
+        notes.append(
+            f"a micro-batch draws {largest:,} values (B x P) at once, over the {CUDA_ONE_OFFSET:,} up to which CUDA's "
+            "generator moves by one fixed step on any GPU: the shared-noise model is approximate there"
+        )
     answer_edges = _length_edges(layout.answer[layout.maskable > 0])
     answer_bin = np.clip(np.searchsorted(answer_edges, layout.answer, side="right") - 1, 0, len(answer_edges) - 2)
     sums = {name: 0.0 for name in ("share", "share2")}
@@ -668,6 +706,7 @@ def estimate(layout, eps, draws=DRAWS, seed=0, global_rng=True, rho=rho, progres
         distinct_per_sample=_distinct(layout, reads[0], False),
         steps=steps,
         micro_batches_per_step=int(layout.accumulation * world),
+        notes=notes,
     )
 
 
@@ -716,8 +755,9 @@ def _weighted_percentiles(values, weights):
 
 def _distinct(layout, t_at, global_rng):
     """Mean number of distinct noise levels the masked tokens of an optimizer step come from: one per row
-    with a maskable token; under the global RNG, one per distinct stream index of those rows' t (ranks in
-    sync share them, ranks out of sync do not)."""
+    with a maskable token; under the global RNG, one per distinct stream index of those rows' t (on CPU ranks
+    in sync share them, ranks out of sync do not; on CUDA the index is the slot, position in the rank's order
+    and row, so every rank's row in the same slot shares it)."""
     has = layout.maskable > 0
     keys = t_at[has] if global_rng else np.flatnonzero(has)
     row_step = layout.step_of_micro_batch[layout.micro_batch]
@@ -729,9 +769,9 @@ def exact_share(k, world, maskable, eps, global_rng=True):
     """E[½ Σ |1/(k·W) − N/ΣN|] for one step of k micro-batches per rank on W ranks, batch size 1, every
     row of the same length with `maskable` maskable tokens; t ~ U(0, 1) per micro-batch and
     N | t ~ Binomial(maskable, (1-eps)·t + eps).
-    Under the global RNG every rank starts the stream at 0 and draws the same shapes, so every rank draws
-    the same t and u: identical masks, N_{g,r} = N_g, and the share is the one-rank value. Per-sample noise:
-    k·W independent micro-batches.
+    Under the global RNG every rank draws the same shapes from the same seed, so on CPU (one stream from 0)
+    and on CUDA (the same blocks at the same offsets) every rank draws the same t and u: identical masks,
+    N_{g,r} = N_g, and the share is the one-rank value. Per-sample noise: k·W independent micro-batches.
     Exact up to round-off: the binomial pmf is a polynomial of degree `maskable` in t and Gauss-Legendre
     with Q nodes integrates degree 2Q-1 exactly. By symmetry the sum is n times the term of one micro-batch,
     whose count a comes with the rest b, the sum of the other n-1 independent counts."""
@@ -761,7 +801,8 @@ def render(found):
         f"data: {e.data.get('rows')} rows ({e.data.get('route')}), {e.data.get('examples')} training examples, "
         f"answers {e.data.get('answer_min')}-{e.data.get('answer_max')} tokens (median {e.data.get('answer_median')}); "
         f"batch {s['per_device_train_batch_size']} x accumulation {s['gradient_accumulation_steps']} x world "
-        f"{s['world_size']}, eps {s['diffusion_eps']}, max_length {s['max_length']}, seed {s['seed']}",
+        f"{s['world_size']}, eps {s['diffusion_eps']}, max_length {s['max_length']}, seed {s['seed']}, "
+        f"noise drawn on {s.get('device', 'cuda')}",
         f"{e.steps} optimizer steps per epoch, {e.micro_batches_per_step} micro-batches each; "
         f"{e.draws} steps drawn ({e.data.get('noise')} noise)",
         "",
@@ -789,13 +830,17 @@ def render(found):
         ],
     )
     if s["world_size"] > 1:
+        shared = (
+            "every rank's row in the same slot shares its t on CUDA"
+            if s.get("device", "cuda") == "cuda"
+            else "on CPU ranks share them while their micro-batches' shapes have matched"
+        )
         lines += [
             "",
-            f"distinct noise levels per optimizer step: {e.distinct_global:.2f} under the global RNG (ranks share "
-            f"them while their micro-batches' shapes have matched), {e.distinct_per_sample:.2f} with per-sample "
-            "noise (diffusion_noise='per_sample')",
+            f"distinct noise levels per optimizer step: {e.distinct_global:.2f} under the global RNG ({shared}), "
+            f"{e.distinct_per_sample:.2f} with per-sample noise (diffusion_noise='per_sample')",
         ]
-    lines += ["", "verdict: " + e.verdict()]
+    lines += [""] + [f"note: {note}" for note in e.notes] + ["verdict: " + e.verdict()]
     return "\n".join(lines)
 
 
@@ -835,8 +880,8 @@ def plot(found, path):
     plt.close(figure)
 
 
-def run(data, tokenizer, settings, draws=DRAWS, seed=0, global_rng=True, split="train", log=None):
-    """Everything `impact` does, from the paths to the Estimate."""
+def run(data, tokenizer, settings, draws=DRAWS, seed=0, global_rng=True, split="train", log=None, device="cuda"):
+    """Everything `impact` does, from the paths to the Estimate; `device` is where the run drew its noise."""
     settings.check()
     say = log or (lambda line: None)
     rows = load_rows(data, split)
@@ -847,9 +892,9 @@ def run(data, tokenizer, settings, draws=DRAWS, seed=0, global_rng=True, split="
     say(f"{len(prepared.length)} training examples; dealing micro-batches")
     plan = layout(prepared, settings)
     say(f"drawing noise over {plan.steps} optimizer steps")
-    found = estimate(plan, settings.diffusion_eps, draws=draws, seed=seed, global_rng=global_rng)
+    found = estimate(plan, settings.diffusion_eps, draws=draws, seed=seed, global_rng=global_rng, device=device)
     answers = prepared.supervised
-    found.settings = dataclasses.asdict(settings)
+    found.settings = {**dataclasses.asdict(settings), "device": device}
     found.data = {
         "rows": len(rows),
         "examples": len(answers),
