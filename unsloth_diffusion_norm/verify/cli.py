@@ -190,8 +190,22 @@ def _impact_options(commands):
         action="store_true",
         help="the share under diffusion_noise='per_sample' (every row its own t) instead of the global RNG",
     )
+    impact.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="the device the training run drew its noise on; default cuda",
+    )
     impact.add_argument("--draws", type=_positive_int, help="optimizer steps to draw (default 20000)")
-    impact.add_argument("--json", type=_writable, help="also write the results here as JSON")
+    impact.add_argument(
+        "--json",
+        nargs="?",
+        const=True,  # not a string: argparse passes it through without _writable
+        type=_writable,
+        metavar="FILE",
+        help="the results as JSON: --json alone prints them on stdout instead of the table; --json FILE writes them "
+        "to FILE and prints the table",
+    )
     impact.add_argument("--plot", type=_writable, help="PNG of the weight by noise level and answer length")
 
 
@@ -473,13 +487,17 @@ def _impact(args):
                 global_rng=not args.per_sample_noise,
                 split=split,
                 log=progress.say,
+                device=args.device,
             )
         except impact.Unusable as error:
             raise Failure(str(error), USAGE) from None
         progress.say("done")
-    print(impact.render(found))
+    if args.json is True:
+        print(json.dumps(_finite(impact.as_json(found)), indent=1))
+    else:
+        print(impact.render(found))
     for path, write in ((args.json, _write_json), (args.plot, impact.plot)):
-        if path:
+        if path and path is not True:
             try:
                 write(found, path)
             except OSError as error:
