@@ -8,7 +8,7 @@ import pytest
 from unsloth_diffusion_norm.verify import data_parallel
 from unsloth_diffusion_norm.verify.dp_cases import CASES
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.multi_node]
 
 # What a rank key could break: the count gathered over the nodes, the data order of a partial last window,
 # the per-sample keys, and both resumes.
