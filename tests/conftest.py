@@ -4,20 +4,20 @@ end (longest processing time first). The order within a file stays as it is."""
 
 import pytest
 
-# Seconds per file on 2 cores, two workers (tests/integration/; measured 2026-12-02, make test 465 s); every
-# other file after.
+# Seconds per file on 2 cores, two workers (tests/integration/; measured 2026-12-02 on a machine where `import
+# unsloth` took 16 s, make test 570 s); every other file after.
 SLOWEST_FIRST = [
-    "test_cli.py",  # 183
-    "multiprocess/test_sharded.py",  # 148
-    "test_field.py",  # 146
-    "multiprocess/test_data_parallel.py",  # 93
-    "test_oracle_cases.py",  # 80
-    "test_own_model.py",  # 56
-    "multiprocess/test_multi_node.py",  # 39
-    "test_release.py",  # 36
-    "test_bench.py",  # 28
+    "test_cli.py",  # 241
+    "multiprocess/test_sharded.py",  # 178
+    "test_field.py",  # 149
+    "multiprocess/test_data_parallel.py",  # 105
+    "test_own_model.py",  # 104
+    "multiprocess/test_multi_node.py",  # 56
+    "test_oracle_cases.py",  # 55
+    "test_release.py",  # 54
+    "test_bench.py",  # 39
     "test_noise.py",  # 24
-    "test_rooms.py",  # 18
+    "test_rooms.py",  # 20
     "test_doctor.py",  # 17
 ]
 
