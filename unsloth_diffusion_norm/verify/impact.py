@@ -885,6 +885,7 @@ def run(data, tokenizer, settings, draws=DRAWS, seed=0, global_rng=True, split="
     settings.check()
     say = log or (lambda line: None)
     rows = load_rows(data, split)
+    _data_format(set(rows.column_names), settings)  # rows it cannot read: refused before the slow steps
     say(f"read {len(rows)} rows; loading the tokenizer")
     tok = load_tokenizer(tokenizer)
     say("preparing the rows as the trainer does (tokenizing)")
