@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from unsloth_diffusion_norm.verify import cli, impact
+from unsloth_diffusion_norm.verify.bench import can_plot
 
 # Release-independent (no Unsloth): make test runs it, the matrix legs skip it; the counts a release's trainer
 # makes are tests/integration/test_impact_counts.py's, on every leg.
@@ -268,7 +269,8 @@ def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tm
     )
     out_json, out_png = tmp_path / "impact.json", tmp_path / "impact.png"
     argv = ["impact", "--config", str(config), "--world-size", "2"]
-    code = cli.main([*argv, "--device", "cpu", "--json", str(out_json), "--plot", str(out_png)])
+    plot = ["--plot", str(out_png)] if can_plot() else []  # matplotlib: the `bench` extra (make test has it)
+    code = cli.main([*argv, "--device", "cpu", "--json", str(out_json), *plot])
     out, err = capsys.readouterr()
     assert code == cli.DONE, err
     assert "share of loss weight moved per optimizer step" in out and "verdict:" in out
@@ -280,7 +282,15 @@ def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tm
     # 2 x 4 rows a step on each of 2 ranks: on CPU both ranks start the stream at 0 and share their first
     # micro-batch's t; ragged shapes then put them apart.
     assert report["distinct_per_sample"] == 16 and 8 < report["distinct_global"] < 16
-    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if plot:
+        assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:  # without matplotlib, --plot is one line and exit 2, before any work
+        assert cli.main([*argv, "--plot", str(out_png)]) == cli.USAGE
+        assert (
+            capsys.readouterr()
+            .err.strip()
+            .endswith("--plot needs matplotlib: pip install 'unsloth-diffusion-norm[bench]'")
+        )
     # --json alone: the report on stdout instead of the table (the default device: CUDA, where every
     # rank's row in the same slot shares its t: 4 positions x 2 rows); 64 rows keep it cheap
     few = tmp_path / "few.jsonl"
