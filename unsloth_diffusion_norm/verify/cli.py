@@ -183,7 +183,12 @@ def _impact_options(commands):
     impact.add_argument("--gradient-accumulation-steps", type=_positive_int, help="default 1 (Trainer's)")
     impact.add_argument("--world-size", type=_positive_int, help="data-parallel ranks (default 1)")
     impact.add_argument("--diffusion-eps", type=_eps, help="noise floor, p_mask = (1-eps)·t + eps (default 0.001)")
-    impact.add_argument("--max-length", type=_max_length, help="TRL's truncation length, or none (default 1024)")
+    impact.add_argument(  # absent unless given: "none" (no truncation) must override a config's max_length
+        "--max-length",
+        type=_max_length,
+        default=argparse.SUPPRESS,
+        help="TRL's truncation length, or none (default 1024)",
+    )
     impact.add_argument("--seed", type=_seed, help="the run's seed: decides the sampler's order (default 42)")
     impact.add_argument(
         "--per-sample-noise",
@@ -442,7 +447,7 @@ def _impact_settings(args):
         "seed": args.seed,
     }
     chosen.update({k: v for k, v in options.items() if v is not None})
-    if args.max_length is not None or "--max-length" in (args.argv or ()):
+    if "max_length" in vars(args):
         chosen["max_length"] = args.max_length
     if chosen.get("diffusion_eps") is None:
         chosen.pop("diffusion_eps", None)  # the YAML's null: the profile's default
@@ -519,7 +524,6 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = _parser().parse_args(argv)
-        args.argv = argv
     except Failure as failure:
         print(failure, file=sys.stderr)
         if argv[:1] == ["doctor"] and "--json" in argv:  # its JSON comes whatever happens
