@@ -146,12 +146,7 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
             report["exit"] = AFFECTED
             return report
         report["self_check"] = {
-            "counts": verdict.counts,
-            "loss": verdict.logged_loss,
-            "reference_loss": verdict.reference_loss,
-            "grad_error": verdict.grad_error,
-            "param_error": verdict.param_error,
-            "worst_error_over_tolerance": verdict.worst,
+            **verdict.report(),
             "passed": verdict.ok,
             "seconds": round(time.perf_counter() - started, 2),
             "device": str(device),

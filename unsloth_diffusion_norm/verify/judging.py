@@ -23,6 +23,17 @@ class Verdict:
     def ok(self):
         return self.worst <= 1.0
 
+    def report(self):
+        """The figures doctor reports for a judged window (its --json keys)."""
+        return {
+            "counts": self.counts,
+            "loss": self.logged_loss,
+            "reference_loss": self.reference_loss,
+            "grad_error": self.grad_error,
+            "param_error": self.param_error,
+            "worst_error_over_tolerance": self.worst,
+        }
+
 
 def judge(
     run,

@@ -64,16 +64,7 @@ def family_checks(seed, model, device="cpu"):
     factor = oracle.CONTROL_FACTORS["fp32"]
 
     def described(verdict, normalization, settings):
-        return {
-            "settings": settings,
-            "normalization": normalization,
-            "counts": verdict.counts,
-            "loss": verdict.logged_loss,
-            "reference_loss": verdict.reference_loss,
-            "grad_error": verdict.grad_error,
-            "param_error": verdict.param_error,
-            "worst_error_over_tolerance": verdict.worst,
-        }
+        return {"settings": settings, "normalization": normalization, **verdict.report()}
 
     default = train_copy(seed, model, device)
     with unpatched():
