@@ -10,6 +10,6 @@ collectives each optimizer step issued. Exit 0 when every case matches and the u
 
 import sys
 
-from unsloth_diffusion_norm.verify import data_parallel
+from unsloth_diffusion_norm.proof import data_parallel
 
 sys.exit(data_parallel.main(sys.argv[1:]))

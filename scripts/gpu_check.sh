@@ -109,7 +109,7 @@ EOF
 bench() { # release, limit, bench options
   say "GPU bench on $1 (limit $2 s)"
   (cd "$WORK" && PYTHONPATH=$SITE/$1:$ROOT UNSLOTH_COMPILE_LOCATION=$WORK/compiled-bench-$1 timeout -k 5 "$2" \
-    "$PYTHON" -m unsloth_diffusion_norm.verify.bench gpu "$WORK/bench-$1.json" --checkpoints "$WORK/checkpoints" \
+    "$PYTHON" -m unsloth_diffusion_norm.tools.bench gpu "$WORK/bench-$1.json" --checkpoints "$WORK/checkpoints" \
     "${@:3}" ${BENCH_FLAGS:-}) ||
     failed=1
 }
@@ -123,7 +123,7 @@ say "the bench's table"
 parts=$(ls "$WORK"/bench-2026.10.6.json "$WORK"/bench-2026.10.9.json 2>/dev/null)
 if [ -n "$parts" ]; then
   # shellcheck disable=SC2086 # one path per part
-  PYTHONPATH=$ROOT timeout -k 5 $LIMIT_TABLE "$PYTHON" -m unsloth_diffusion_norm.verify.bench table $parts \
+  PYTHONPATH=$ROOT timeout -k 5 $LIMIT_TABLE "$PYTHON" -m unsloth_diffusion_norm.tools.bench table $parts \
     --json "$OUT/bench.json" | tee "$OUT/bench.md" || failed=1
 else
   failed=1

@@ -4,7 +4,7 @@ prints the seconds of each phase and the total. A benchmark, not a test: `python
 import tempfile
 import time
 
-from unsloth_diffusion_norm.verify import docstring_data, impact
+from unsloth_diffusion_norm.tools import docstring_data, impact
 
 with tempfile.TemporaryDirectory(prefix="udn-impact-bench-") as folder:
     data, tokenizer, distinct = docstring_data.write(folder, copies=25)

@@ -201,7 +201,7 @@ def installed(python, log):
 
 def mode(python, env):
     out = subprocess.run(
-        [python, "-m", "unsloth_diffusion_norm.verify.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
+        [python, "-m", "unsloth_diffusion_norm.tools.cli", "status"], capture_output=True, text=True, env=env, cwd=ROOT
     )
     # Unsloth prints banners on import; the report line is ours.
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("unsloth_diffusion_norm: mode=")), "")

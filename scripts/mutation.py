@@ -5,8 +5,9 @@
     python scripts/mutation.py report                          # mutation/report.md from every result file
 
 After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
-L's last run left alive; after a function changed, `run --label L --mutants 'module.x_function__mutmut_*'`
-reruns all of its mutants; `legs --only LEG` runs one leg.
+L's last run left alive; after a function changed, `run --label L --mutants module.function` (a method:
+module.Class.method) reruns all of its mutants (renamed: `--mutants OLD NEW` also drops the old name's
+verdicts); `legs --only LEG` runs one leg.
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
@@ -22,6 +23,11 @@ PYTHONPATH are inherited by every child process, so they import the mutated copy
 The report lists every mutant with its fate. A survivor is either killed by a new test or named in
 mutation/equivalent.txt with a one-line reason why no behaviour can differ; the score is
 killed / (all - equivalent).
+
+Names: a mutant is `module.function#N` or `module.Class.method#N` (its function's qualified name and mutmut's
+number), in every table here, the result files, equivalent.txt and the report. mutmut's own spelling
+(`module.x_function__mutmut_N`, `module.xǁClassǁmethod__mutmut_N`) is met only where mutmut is: `qualified` and
+`mangled` translate (tests/unit/test_mutation_tables.py checks every name against the source).
 """
 
 import argparse
@@ -77,25 +83,58 @@ BROKEN = [TESTS + "test_field.py::test_a_missing_dependency_is_named_as_a_broken
 RANKS = [TESTS + "multiprocess/test_data_parallel.py"]
 # Functions that only fresh interpreters or launched ranks reach (wholly or in part) -> those tests.
 FRESH = {
-    "unsloth_diffusion_norm.x__switch": SWITCH,
-    "unsloth_diffusion_norm.activation.x_register_hooks": HOOKS,
-    "unsloth_diffusion_norm.activation.xǁ_PostImportFinderǁ*": HOOKS,
-    "unsloth_diffusion_norm.activation.xǁ_HookedLoaderǁ*": HOOKS,
-    "unsloth_diffusion_norm.activation.x__on_trainer_module": HOOKS + DISABLED,
-    "unsloth_diffusion_norm.activation.x__on_unsloth": HOOKS,
-    "unsloth_diffusion_norm.activation.x__log_once": SWITCH + BROKEN,
-    "unsloth_diffusion_norm.activation.x_disable": DISABLED,
-    "unsloth_diffusion_norm.activation.x__accept_flags_only": DISABLED,
-    "unsloth_diffusion_norm.activation.x__broken": BROKEN,
-    "unsloth_diffusion_norm.activation.x__install_hint": BROKEN,
-    "unsloth_diffusion_norm.activation.x_apply": HOOKS + BROKEN,
-    "unsloth_diffusion_norm.patches.x_flags_only": DISABLED,
-    "unsloth_diffusion_norm.patches.x__refuse_flags": DISABLED,
-    "unsloth_diffusion_norm.window.x_data_parallel_rule": RANKS,
-    "unsloth_diffusion_norm.window.x_counting_rule": RANKS,
-    "unsloth_diffusion_norm.window.xǁWindowǁnoise": RANKS,
-    "unsloth_diffusion_norm.per_sample.xǁDataOrderǁtag": RANKS,
+    "unsloth_diffusion_norm._switch": SWITCH,
+    "unsloth_diffusion_norm.activation.register_hooks": HOOKS,
+    "unsloth_diffusion_norm.activation._PostImportFinder.*": HOOKS,
+    "unsloth_diffusion_norm.activation._HookedLoader.*": HOOKS,
+    "unsloth_diffusion_norm.activation._on_trainer_module": HOOKS + DISABLED,
+    "unsloth_diffusion_norm.activation._on_unsloth": HOOKS,
+    "unsloth_diffusion_norm.activation._log_once": SWITCH + BROKEN,
+    "unsloth_diffusion_norm.activation.disable": DISABLED,
+    "unsloth_diffusion_norm.activation._accept_flags_only": DISABLED,
+    "unsloth_diffusion_norm.activation._broken": BROKEN,
+    "unsloth_diffusion_norm.activation._install_hint": BROKEN,
+    "unsloth_diffusion_norm.activation.apply": HOOKS + BROKEN,
+    "unsloth_diffusion_norm.patches.flags_only": DISABLED,
+    "unsloth_diffusion_norm.patches._refuse_flags": DISABLED,
+    "unsloth_diffusion_norm.window.data_parallel_rule": RANKS,
+    "unsloth_diffusion_norm.window.counting_rule": RANKS,
+    "unsloth_diffusion_norm.window.Window.noise": RANKS,
+    "unsloth_diffusion_norm.per_sample.DataOrder.tag": RANKS,
 }
+# mutmut's class-method separator: `module.xǁClassǁmethod__mutmut_N`.
+CLASS = "ǁ"
+
+
+def qualified(name):
+    """mutmut's name of a mutant or function (or an fnmatch pattern of one) -> ours, the source's own names:
+    `pkg.mod.x_f__mutmut_3` -> `pkg.mod.f#3`, `pkg.mod.xǁCǁm` -> `pkg.mod.C.m`."""
+    function, mutant, number = name.partition("__mutmut_")
+    module, _, function = function.rpartition(".")
+    if function.startswith("x" + CLASS):
+        function = function[2:].replace(CLASS, ".", 1)
+    elif function.startswith("x_"):
+        function = function[2:]
+    else:
+        raise ValueError(f"not mutmut's name of a function: {name}")
+    return f"{module}.{function}" + (f"#{number}" if mutant else "")
+
+
+def mangled(name):
+    """Ours -> mutmut's (qualified's inverse). A method's name is one whose part before the last is not a module
+    of the tree but the part before that is: `pkg.mod.C.m#3` -> `pkg.mod.xǁCǁm__mutmut_3`."""
+
+    def is_module(parts):
+        path = os.path.join(ROOT, *parts)
+        return bool(parts) and (os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__init__.py")))
+
+    function, mutant, number = name.partition("#")
+    *module, function = function.split(".")
+    if not is_module(module) and is_module(module[:-1]):
+        function = f"{CLASS}{module.pop()}{CLASS}{function}"
+    else:
+        function = "_" + function
+    return ".".join(module) + f".x{function}" + (f"__mutmut_{number}" if mutant else "")
 
 
 def mutmut_results():
@@ -104,7 +143,8 @@ def mutmut_results():
     for folder, _, files in os.walk(os.path.join(WORK, "mutants", "unsloth_diffusion_norm")):
         for name in files:
             if name.endswith(".py.meta"):
-                found.update(json.load(open(os.path.join(folder, name)))["exit_code_by_key"])
+                codes = json.load(open(os.path.join(folder, name)))["exit_code_by_key"]
+                found.update((qualified(m), c) for m, c in codes.items())
     return found
 
 
@@ -116,7 +156,12 @@ def fate_of(code):
 
 
 def function_of(mutant):
-    return mutant.rsplit("__mutmut_", 1)[0]
+    return mutant.partition("#")[0]
+
+
+def order(mutant):
+    """Sorts a function's mutants in mutmut's order (#2 before #10)."""
+    return function_of(mutant), int(mutant.partition("#")[2])
 
 
 def fresh_tests(mutant):
@@ -128,7 +173,8 @@ def fresh_tests(mutant):
 
 
 def run_fresh(python, mutant, tests):
-    """Pass 2 for one mutant: pytest in a fresh interpreter in mutants/, the mutant switched on."""
+    """Pass 2 for one mutant (mutmut's name, or "fail": every mutated function fails): pytest in a fresh
+    interpreter in mutants/, the mutant switched on."""
     mutants = os.path.join(WORK, "mutants")
     env = {
         **os.environ,
@@ -158,15 +204,18 @@ def run(args):
     names = []
     out = os.path.join(RESULTS, f"results-{args.label}.json")
     before = json.load(open(out))["mutants"] if (args.again or args.mutants) and os.path.exists(out) else {}
+    # Ours (a function's name: all of its mutants) or mutmut's own patterns -> mutmut's, as mutmut matches them.
+    patterns = [
+        p if "__mutmut_" in p or CLASS in p else mangled(p if "#" in p else p + "#*") for p in args.mutants or ()
+    ]
 
     def changed(mutant):  # of a function that changed since the last run: its old verdicts say nothing now
-        return any(fnmatch.fnmatchcase(mutant, pattern) for pattern in args.mutants or ())
+        return any(fnmatch.fnmatchcase(mangled(mutant), pattern) for pattern in patterns)
 
     before = {m: r for m, r in before.items() if not changed(m)}
     said = equivalents()
-    if args.mutants:  # these (mutmut's patterns), the rest as the last run found them
-        names = list(args.mutants)
-        print(f"pass 1 on {args.label}: {' '.join(names)}", flush=True)
+    if args.mutants:  # these, the rest as the last run found them
+        print(f"pass 1 on {args.label}: {' '.join(args.mutants)}", flush=True)
     elif args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
         alive = {m: r["fate"] for m, r in before.items()} or {
             m: "alive" for m, c in mutmut_results().items() if c in (0, 33, None)
@@ -181,11 +230,12 @@ def run(args):
             for m, r in merged(args.alive_from).items()
             if not r["killed"]
             and m not in said
-            and (r["fate"] in ("no tests", "not run") or function_of(m).split(".")[-1] in SHAPE_SPECIFIC)
+            and (r["fate"] in ("no tests", "not run") or function_of(m) in SHAPE_SPECIFIC)
         )
         print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
+    selection = patterns or [mangled(m) for m in names]
     code = subprocess.run(
-        [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *names],
+        [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection],
         cwd=WORK,
         env=env,
     ).returncode
@@ -220,7 +270,7 @@ def run(args):
             sys.exit(f"pass 2 cannot see mutants: {tests} pass with every mutated function failing")
     print(f"pass 2 on {args.label}: {len(todo)} mutants in fresh interpreters / launched ranks", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        for mutant, (code, seconds) in zip(todo, pool.map(lambda m: run_fresh(python, m, todo[m]), todo)):
+        for mutant, (code, seconds) in zip(todo, pool.map(lambda m: run_fresh(python, mangled(m), todo[m]), todo)):
             fate = "killed" if code not in (0, 5) else "survived"
             results[mutant] = {"pass": 2, "code": code, "fate": fate, "seconds": seconds}
             print(f"  {fate:8} {mutant} ({seconds} s)", flush=True)
@@ -246,14 +296,14 @@ FIRST = "unsloth-2026.10.6"  # `make mutation`'s run in .venv
 # Functions whose code runs only on another shape: a survivor of the first run may die there. (Any other
 # survivor would survive a leg too: the same code under the same tests.)
 SHAPE_SPECIFIC = {
-    "x_apply",
-    "x_native_release",
-    "x__native_trainer_init",
-    "x_trainer_patches",
-    "x__per_sample_noise",
-    "x__draw_at_first_step",
-    "x_dense_cross_entropy",
-    "x_native_normalization",
+    "unsloth_diffusion_norm.activation.apply",
+    "unsloth_diffusion_norm.patches.native_release",
+    "unsloth_diffusion_norm.patches._native_trainer_init",
+    "unsloth_diffusion_norm.patches.trainer_patches",
+    "unsloth_diffusion_norm.patches._per_sample_noise",
+    "unsloth_diffusion_norm.patches._draw_at_first_step",
+    "unsloth_diffusion_norm.loss.dense_cross_entropy",
+    "unsloth_diffusion_norm.config.native_normalization",
 }
 
 
@@ -343,7 +393,7 @@ def diff_of(mutant):
     from mutmut.__main__ import find_mutant
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 
-    diff = get_diff_for_mutant(mutant, path=find_mutant(mutant).path)
+    diff = get_diff_for_mutant(mangled(mutant), path=find_mutant(mangled(mutant)).path)
     return [line for line in diff.splitlines() if re.match(r"^[+-](?![+-])", line)]
 
 
@@ -353,14 +403,14 @@ def report(args):
     stale = sorted(set(said) - set(results))
     if stale:
         sys.exit(f"mutation/equivalent.txt names mutants that no longer exist: {stale}")
-    alive = sorted(m for m, r in results.items() if not r["killed"])
+    alive = sorted((m for m, r in results.items() if not r["killed"]), key=order)
     open_ = [m for m in alive if m not in said]
     equivalent = [m for m in alive if m in said]
     killed = len(results) - len(alive)
     score = killed / max(len(results) - len(equivalent), 1)
     modules = {}
     for mutant, r in results.items():
-        row = modules.setdefault(mutant.split(".x")[0], [0, 0, 0, 0])
+        row = modules.setdefault(mangled(mutant).rpartition(".")[0], [0, 0, 0, 0])
         row[0] += 1
         row[1] += r["killed"]
         row[2] += mutant in said and not r["killed"]
@@ -398,7 +448,7 @@ def report(args):
         "|---|---|---|",
         *(
             f"| `{m}` | {'equivalent' if m in said and not r['killed'] else r['fate']} | {r['by']} |"
-            for m, r in sorted(results.items())
+            for m, r in sorted(results.items(), key=lambda item: order(item[0]))
         ),
         "",
     ]
@@ -447,8 +497,9 @@ def main(argv=None):
     r.add_argument(
         "--mutants",
         nargs="+",
-        help="only these mutants (fnmatch patterns, e.g. all of a function "
-        "that changed: its mutants are renumbered); the rest keep this label's last verdicts",
+        help="only these mutants: module.function#N or module.Class.method#N (fnmatch patterns; a bare function "
+        "or method name: all of its mutants, e.g. of one that changed, whose mutants are renumbered; mutmut's own "
+        "spelling is taken too); the rest keep this label's last verdicts",
     )
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)

@@ -15,21 +15,21 @@ import sys
 os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")  # CPU-only host: needed by `import unsloth`
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import unsloth_diffusion_norm  # noqa: E402 - before unsloth, as users do
+import unsloth_diffusion_norm  # noqa: E402
+from unsloth_diffusion_norm.proof import fixtures, tables  # noqa: E402
 
-with contextlib.redirect_stdout(io.StringIO()):
-    import unsloth  # noqa: E402,F401
-from unsloth_diffusion_norm.verify import data_parallel, experiment  # noqa: E402
-from unsloth_diffusion_norm.verify.fixtures import Example  # noqa: E402
+fixtures.import_unsloth()  # the plugin first, as users do
+from unsloth_diffusion_norm.proof import data_parallel, experiment  # noqa: E402
+from unsloth_diffusion_norm.proof.fixtures import Example  # noqa: E402
 
+RESUMED = "max abs parameter difference, resumed at step 2 vs uninterrupted, after step 4"
 EXAMPLES = [Example([10 + i, 11, 12], list(range(20, 29))) for i in range(8)]  # GA 2: 4 steps
 
 
 def main():
     status = unsloth_diffusion_norm.apply()
     print(f"Unsloth {status.unsloth_version}, plugin mode {status.mode}\n")
-    print("| noise | max abs parameter difference, resumed at step 2 vs uninterrupted, after step 4 |")
-    print("|---|---|")
+    rows = []
     for label, flag, context in (
         ("default (None)", {}, contextlib.nullcontext),
         ('"global"', {"diffusion_noise": "global"}, contextlib.nullcontext),
@@ -38,15 +38,17 @@ def main():
     ):
         with contextlib.redirect_stdout(io.StringIO()), context():
             runs = experiment.train_and_resume(EXAMPLES, at=2, seed=0, **flag)
-        print(f"| {label} | {runs.difference:.3g} |")
+        rows.append([label, f"{runs.difference:.3g}"])
+    print("\n".join(tables.markdown(["noise", RESUMED], rows)))
 
     results = data_parallel.launch(2, ["unequal-counts", "per-sample-noise"])
-    print("\n| noise (2 ranks) | p_mask of rank 0's first micro-batch | p_mask of rank 1's first micro-batch |")
-    print("|---|---|---|")
+    rows = []
     for case, label in (("unequal-counts", "default: global RNG"), ("per-sample-noise", '"per_sample"')):
-        rows = sorted((r for r in results if r["case"] == case), key=lambda r: r["rank"])
-        levels = [f"{r['noise_levels'][0][0][0]:.6f}" for r in rows]
-        print(f"| {label} | {levels[0]} | {levels[1]} |")
+        ranks = sorted((r for r in results if r["case"] == case), key=lambda r: r["rank"])
+        levels = [f"{r['noise_levels'][0][0][0]:.6f}" for r in ranks]
+        rows.append([label, *levels])
+    header = ["noise (2 ranks)"] + [f"p_mask of rank {r}'s first micro-batch" for r in (0, 1)]
+    print("\n" + "\n".join(tables.markdown(header, rows)))
     return 0
 
 

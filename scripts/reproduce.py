@@ -8,6 +8,6 @@ Same as `unsloth-diffusion-norm reproduce`, for a checkout without the console s
 
 import sys
 
-from unsloth_diffusion_norm.verify import cli
+from unsloth_diffusion_norm.tools import cli
 
 sys.exit(cli.main(["reproduce", *sys.argv[1:]]))

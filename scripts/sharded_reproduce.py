@@ -12,6 +12,6 @@ the unpatched control misses. DeepSpeed engines need the `sharded` extra (requir
 
 import sys
 
-from unsloth_diffusion_norm.verify import sharded
+from unsloth_diffusion_norm.proof import sharded
 
 sys.exit(sharded.main(sys.argv[1:]))

@@ -9,6 +9,7 @@ not), stands down on releases that are right natively, and never imports torch o
 Set UNSLOTH_DIFFUSION_NORM=0 to turn the import-time patching off.
 """
 
+import logging
 import os
 
 from .activation import apply, status, unpatch, unpatched
@@ -27,7 +28,7 @@ def _switch():
         return disable(f"{ENV}={value}")
     if value.strip().lower() not in ON:
         _log_once(
-            30,
+            logging.WARNING,
             f"unsloth_diffusion_norm: {ENV}={value!r} is not understood, so patching stays on; "
             f"use one of {', '.join(OFF)} to turn it off, or {', '.join(v for v in ON if v)} to keep it on.",
         )

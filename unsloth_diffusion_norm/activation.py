@@ -1,5 +1,6 @@
 """When and whether the patch set goes on: post-import hooks, apply / unpatch, and status()."""
 
+import logging
 import sys
 
 from . import registry
@@ -101,7 +102,7 @@ def _unsupported(reason):
     if already:
         return  # one warning per process; status() keeps the latest reason
     _log_once(
-        30,
+        logging.WARNING,
         f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version} is not supported: {reason}. "
         "Nothing was patched; diffusion losses are Unsloth's own.",
     )
@@ -110,12 +111,12 @@ def _unsupported(reason):
 def _broken(shape, error):
     """The plugin's own installation lacks a module it needs: say which, how to install it, and what
     training gets meanwhile."""
-    from .detect import NATIVE
+    from .detect import UPSTREAM
 
     missing = error.name or str(error)
     STATE.mode, STATE.shape = registry.BROKEN, shape
     STATE.reason = f"broken installation: the module {missing!r} is missing ({_install_hint(missing)})"
-    if shape == NATIVE:
+    if shape == UPSTREAM:
         effect = (
             f"Unsloth {STATE.unsloth_version} normalizes by the window natively, so the loss is right, "
             "but the plugin's DiffusionConfig flags are unavailable"
@@ -125,7 +126,7 @@ def _broken(shape, error):
             f"Nothing was patched: Unsloth {STATE.unsloth_version} will train with its per-micro-batch "
             "loss normalization (the bug this plugin fixes)"
         )
-    _log_once(30, f"unsloth_diffusion_norm: {STATE.reason}. {effect}.")
+    _log_once(logging.WARNING, f"unsloth_diffusion_norm: {STATE.reason}. {effect}.")
     return f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {STATE.reason}"
 
 
@@ -150,7 +151,7 @@ def disable(reason):
     accepted (a script keeps parsing), and a trainer whose flag asks for something is refused."""
     STATE.mode, STATE.reason = registry.DISABLED, reason
     _log_once(
-        30,
+        logging.WARNING,
         f"unsloth_diffusion_norm: disabled by {reason}; Unsloth's diffusion loss is left as the release has "
         "it (2026.10.4-.6: per-micro-batch normalization).",
     )
@@ -166,8 +167,7 @@ def _accept_flags_only(trainer_module):
         return  # nothing that takes the flags: nothing to accept them on
     from . import patches
 
-    build, _ = patches.PATCH_SETS[patches.DISABLED]
-    registry.apply_all(build(patches.Release(patches.DISABLED, trainer_module, disabled_by=STATE.reason)))
+    registry.apply_all(patches.flags_only(patches.Release(None, trainer_module, disabled_by=STATE.reason)))
 
 
 def apply():
@@ -225,7 +225,13 @@ REASONS = {
 
 def unpatch():
     """Restore every original Unsloth object. The choice holds until apply(), also when made before
-    Unsloth is imported (the import hooks then leave it alone). Returns status()."""
+    Unsloth is imported (the import hooks then leave it alone). Returns status().
+
+    A trainer built before the call is reverted too: its own patches, its DataOrder callback (per-sample
+    noise) and everything the plugin kept on it are gone, so from then on it trains as the release has it.
+    A later apply() does not set it up again: it is then a trainer built while unpatched (2026.10.4-.6: the
+    class-level patches act on it again, its noise read from its diffusion_noise flag alone; 2026.10.7+:
+    the release's own run)."""
     registry.revert_all()
     if STATE.mode not in (registry.UNSUPPORTED, registry.BROKEN):  # keep a diagnosis: nothing was patched
         STATE.mode, STATE.reason = registry.UNPATCHED, "unpatch() was called; apply() puts the patches back"
@@ -234,7 +240,8 @@ def unpatch():
 
 class unpatched:
     """`with unsloth_diffusion_norm.unpatched():` the release's originals inside, the patches back after
-    (whatever was in place before: patched, native, or the flags of a disabled plugin)."""
+    (whatever was in place before: patched, native, or the flags of a disabled plugin). A trainer built
+    before the block is reverted as by unpatch() and not set up again afterwards."""
 
     def __enter__(self):
         self.mode, self.reason = STATE.mode, STATE.reason

@@ -2,9 +2,10 @@
 
 from importlib import metadata
 
+# Code shapes (not modes: registry.NATIVE is the mode the UPSTREAM shape puts the plugin in).
 DENSE = "dense-ce"  # 2026.10.4, .5: inline noise, F.cross_entropy on dense logits, trainer on SFTTrainer
 CHUNKED = "chunked-ce"  # 2026.10.6: inline noise, chunked cross-entropy with a fusable head
-NATIVE = "native-window"  # 2026.10.7+: prepare_batch + a window-counting get_batch_samples upstream
+UPSTREAM = "native-window"  # 2026.10.7+: prepare_batch + a window-counting get_batch_samples upstream
 
 NEMOTRON = "nemotron_labs_diffusion"
 # Names each shape's loss takes from unsloth.models.diffusion_masked.
@@ -61,7 +62,7 @@ def recognise(trainer_module, masked_module, profiles_module):
             ("DiffusionConfig as a dataclass", hasattr(config, "__dataclass_fields__")),
         ]
         missing = [name for name, ok in checks if not ok]
-        return (None, missing) if missing else (NATIVE, [])
+        return (None, missing) if missing else (UPSTREAM, [])
 
     fields = getattr(profile_class, "__dataclass_fields__", {})
     checks = [

@@ -5,7 +5,10 @@ a small frozen `Release` context:
   flags;
 - 2026.10.7+ (native): the flags only; whatever a flag asks for is set up on that trainer alone, as
   per-trainer patches, and the training path stays Unsloth's;
-- a disabled plugin (UNSLOTH_DIFFUSION_NORM=0): the flags are accepted, a set one is refused.
+- a disabled plugin (UNSLOTH_DIFFUSION_NORM=0, `flags_only`, no shape of its own): the flags are accepted,
+  a set one is refused.
+
+Every wrapper, class-level or per-trainer, follows the one contract of `wrappers`.
 
 Only Unsloth's own diffusion classes are touched (DiffusionTrainer, DiffusionConfig,
 MaskedDiffusionProfile and the Nemotron profile instance), never transformers.Trainer or
@@ -13,35 +16,23 @@ trl.SFTTrainer: Unsloth re-creates those methods from source text and would drop
 """
 
 import dataclasses
-import functools
 
 import wrapt
 
 from . import config, detect, loss, noise, per_sample, registry
 from .registry import Patch, logger
 from .window import SLOT, Window, data_parallel_rule, fetch
+from .wrappers import (  # noqa: F401 - Release: every patch set is built from one (patches.Release)
+    Release,
+    batch_samples_arguments,
+    loss_arguments,
+    prepare_arguments,
+    replaced,
+    wrap,
+    wrap_method,
+)
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
-DISABLED = "disabled"  # the key of the flags-only set
-
-
-@dataclasses.dataclass(frozen=True)
-class Release:
-    """What the wrappers need of the installed Unsloth."""
-
-    shape: str
-    trainer_module: object
-    masked_module: object = None
-    profiles_module: object = None
-    disabled_by: str = None  # the flags-only set: what turned the plugin off
-
-    def draw(self, profile, model, inputs, args):
-        return noise.draw(profile, model, inputs, args, self.masked_module.response_mask)
-
-
-def wrap(function, release):
-    """A Patch's `make`: wrap what is there now with `function(release, wrapped, instance, args, kwargs)`."""
-    return lambda current: wrapt.FunctionWrapper(current, functools.partial(function, release))
 
 
 @dataclasses.dataclass
@@ -50,12 +41,10 @@ class _ConfigFields:
     diffusion_noise: str | None = dataclasses.field(default=None, metadata={"help": config.NOISE_HELP})
 
 
-# trainer.__dict__ key: the run's noise, 'global' or 'per_sample', settled once at construction.
-NOISE = "_diffusion_norm_noise"
-
-
 def noise_of(trainer):
-    return trainer.__dict__.get(NOISE) or getattr(trainer.args, config.NOISE_FIELD, None)
+    """The noise settled at construction; for a trainer built while unpatched, its flag."""
+    kept = trainer.__dict__.get(registry.PER_TRAINER)
+    return (kept.noise if kept is not None else None) or getattr(trainer.args, config.NOISE_FIELD, None)
 
 
 def _model_config(model):
@@ -69,8 +58,9 @@ def _model_config(model):
 def _settle_noise(trainer):
     """The run's noise (config.effective_noise), kept on the trainer: the flag, NVIDIA's model-config switch,
     or the resume-exact global draws."""
-    trainer.__dict__[NOISE] = config.effective_noise(trainer.args, _model_config(trainer.model))
-    return trainer.__dict__[NOISE]
+    kept = registry.per_trainer(trainer)
+    kept.noise = config.effective_noise(trainer.args, _model_config(trainer.model))
+    return kept.noise
 
 
 def noise_note(args, mode):
@@ -107,10 +97,7 @@ def uses_window(trainer):
 
 
 def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
-    def bind(model, inputs, args, num_items_in_batch=None):
-        return model, inputs, args, num_items_in_batch
-
-    model, inputs, args, num_items_in_batch = bind(*pos, **kwargs)
+    model, inputs, args, num_items_in_batch = loss_arguments(*pos, **kwargs)
     if config.effective(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
         return wrapped(*pos, **kwargs)
     loss.check_weighting(profile, args)
@@ -135,17 +122,13 @@ def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
 
 
 def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
-    def bind(epoch_iterator, num_batches, device=None):
-        return epoch_iterator, num_batches, device
-
-    epoch_iterator, num_batches, device = bind(*pos, **kwargs)
+    epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
     if noise_of(trainer) == config.PER_SAMPLE:
         epoch_iterator = per_sample.data_order(trainer).tag(trainer.args, epoch_iterator)
+        pos, kwargs = replaced(pos, kwargs, 0, "epoch_iterator", epoch_iterator)
     if not uses_window(trainer):
         # Trainer's own, looked up now: Unsloth may have rewritten it since this patch was applied.
-        return super(release.trainer_module.DiffusionTrainer, trainer).get_batch_samples(
-            epoch_iterator, num_batches, device
-        )
+        return super(release.trainer_module.DiffusionTrainer, trainer).get_batch_samples(*pos, **kwargs)
     batches = fetch(trainer, epoch_iterator, num_batches)
     if not batches:
         return batches, None
@@ -411,37 +394,35 @@ def _per_sample_noise(release, trainer, profile):
     """Keyed noise for this trainer only: its profile copy draws from the keys its own get_batch_samples
     view attaches."""
     order = per_sample.data_order(trainer)
-
-    def prepare_batch(current):
-        def keyed(model, inputs, args):
-            if per_sample.KEYS not in inputs:  # evaluation: the release's own draws
-                return current(model, inputs, args)
-            return release.draw(profile, model, inputs, args).prepared()
-
-        return keyed
-
-    def get_batch_samples(current):
-        def tagged(epoch_iterator, num_batches, device=None):
-            return current(order.tag(trainer.args, epoch_iterator), num_batches, device)
-
-        return tagged
-
     return [
         Patch(
             "diffusion_profile.prepare_batch",
             profile,
             "prepare_batch",
-            prepare_batch,
+            wrap_method(profile, _keyed_prepare_batch, release),
             "per-sample noise: each row's draws from its own keyed generator",
         ),
         Patch(
             "get_batch_samples",
             trainer,
             "get_batch_samples",
-            get_batch_samples,
+            wrap_method(trainer, _tagged_batch_samples, order),
             "attaches each row's generator seed (seed, epoch, global position)",
         ),
     ]
+
+
+def _keyed_prepare_batch(release, wrapped, profile, pos, kwargs):
+    model, inputs, args = prepare_arguments(*pos, **kwargs)
+    if per_sample.KEYS not in inputs:  # evaluation: the release's own draws
+        return wrapped(*pos, **kwargs)
+    return release.draw(profile, model, inputs, args).prepared()
+
+
+def _tagged_batch_samples(order, wrapped, trainer, pos, kwargs):
+    epoch_iterator, _ = batch_samples_arguments(*pos, **kwargs)
+    pos, kwargs = replaced(pos, kwargs, 0, "epoch_iterator", order.tag(trainer.args, epoch_iterator))
+    return wrapped(*pos, **kwargs)
 
 
 def _draw_at_first_step(trainer, profile):
@@ -450,47 +431,44 @@ def _draw_at_first_step(trainer, profile):
     resumed run's RNG. Upstream's loss and count arithmetic stay."""
     # Upstream's compute_loss scales the loss by all processes itself: count the way upstream counts.
     reduce_count, _ = data_parallel_rule(trainer, upstream=True)
-
-    def get_batch_samples(current):
-        def deferred(epoch_iterator, num_batches, device=None):
-            batches = fetch(trainer, epoch_iterator, num_batches)
-            return (batches, Window(batches, reduce_count, 1)) if batches else (batches, None)
-
-        return deferred
-
-    def compute_loss(current):
-        def at_first_step(model, inputs, args, num_items_in_batch=None):
-            if not isinstance(num_items_in_batch, Window):
-                return current(model, inputs, args, num_items_in_batch=num_items_in_batch)
-            window = num_items_in_batch
-            drawn = window.noise(inputs[SLOT], lambda batch: noise.Noise(*profile.prepare_batch(model, batch, args)))
-            prepared = {**inputs, "_diffusion_masked_batch": drawn.prepared()}
-            return current(model, prepared, args, num_items_in_batch=window.count)
-
-        return at_first_step
-
     return [
         Patch(
             "diffusion_profile.compute_loss",
             profile,
             "compute_loss",
-            compute_loss,
+            wrap_method(profile, _loss_drawn_at_first_step),
             "draws the window's noise at its first training step (resume-exact), upstream's loss",
         ),
         Patch(
             "get_batch_samples",
             trainer,
             "get_batch_samples",
-            get_batch_samples,
+            wrap_method(trainer, _fetch_undrawn, reduce_count),
             "fetches the window without drawing; one count collective when it is drawn",
         ),
     ]
+
+
+def _fetch_undrawn(reduce_count, wrapped, trainer, pos, kwargs):
+    # Upstream's own fetch draws; this one stands in for it whole (the device is _prepare_inputs' business).
+    epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
+    batches = fetch(trainer, epoch_iterator, num_batches)
+    return (batches, Window(batches, reduce_count, 1)) if batches else (batches, None)
+
+
+def _loss_drawn_at_first_step(wrapped, profile, pos, kwargs):
+    model, inputs, args, window = loss_arguments(*pos, **kwargs)
+    if not isinstance(window, Window):
+        return wrapped(*pos, **kwargs)
+    drawn = window.noise(inputs[SLOT], lambda batch: noise.Noise(*profile.prepare_batch(model, batch, args)))
+    pos, kwargs = replaced(pos, kwargs, 1, "inputs", {**inputs, "_diffusion_masked_batch": drawn.prepared()})
+    pos, kwargs = replaced(pos, kwargs, 3, "num_items_in_batch", window.count)
+    return wrapped(*pos, **kwargs)
 
 
 # Which patch set each recognised shape gets, and the mode it puts the plugin in.
 PATCH_SETS = {
     detect.DENSE: (patched_release, registry.PATCHED),
     detect.CHUNKED: (patched_release, registry.PATCHED),
-    detect.NATIVE: (native_release, registry.NATIVE),
-    DISABLED: (flags_only, registry.DISABLED),
+    detect.UPSTREAM: (native_release, registry.NATIVE),
 }

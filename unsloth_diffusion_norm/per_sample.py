@@ -17,6 +17,8 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import has_length
 
+from . import registry
+
 KEYS = "_diffusion_norm_keys"  # key in a micro-batch's inputs: one generator seed per row
 
 
@@ -82,9 +84,9 @@ class DataOrder(TrainerCallback):
 
 
 def data_order(trainer):
-    """The trainer's DataOrder, registered with it on first use."""
-    order = trainer.__dict__.get("_diffusion_norm_order")
-    if order is None:
-        order = trainer.__dict__["_diffusion_norm_order"] = DataOrder()
-        trainer.add_callback(order)
-    return order
+    """The trainer's DataOrder, registered with it on first use (unpatch() takes it out again)."""
+    kept = registry.per_trainer(trainer)
+    if kept.order is None:
+        kept.order = DataOrder()
+        trainer.add_callback(kept.order)
+    return kept.order

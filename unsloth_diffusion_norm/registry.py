@@ -1,6 +1,7 @@
 """Patches as data: each one names where it goes, what it replaces, why, and how to undo it.
 
-The list of applied patches *is* what status() reports. A patch set applies all or nothing.
+The list of applied patches *is* what status() reports. A patch set applies all or nothing. All the plugin
+keeps on a trainer sits in its one PerTrainer, so revert_all() gives every trainer back too.
 Imports neither torch nor Unsloth.
 """
 
@@ -73,11 +74,29 @@ class State:
         self.shape = None  # which code shape of Unsloth was recognised
         self.reason = None  # why nothing was patched, when nothing was
         self.patches = []
-        self.trainers = weakref.WeakSet()  # trainers that carry patches of their own (native flags)
+        self.trainers = weakref.WeakSet()  # every trainer that carries a PerTrainer: revert_all reaches each
 
 
 STATE = State()
-TRAINER_PATCHES = "_diffusion_norm_patches"  # where a trainer keeps its own patches
+PER_TRAINER = "_diffusion_norm"  # trainer.__dict__ key of its PerTrainer
+
+
+class PerTrainer:
+    """Everything the plugin keeps on one trainer."""
+
+    def __init__(self):
+        self.noise = None  # the run's noise, 'global' or 'per_sample', settled once at construction
+        self.patches = []  # the trainer's own patches (native releases), listed by status() while it lives
+        self.order = None  # per-sample noise: the DataOrder callback registered with the trainer
+
+
+def per_trainer(trainer):
+    """The trainer's PerTrainer, made and tracked on first use."""
+    kept = trainer.__dict__.get(PER_TRAINER)
+    if kept is None:
+        kept = trainer.__dict__[PER_TRAINER] = PerTrainer()
+        STATE.trainers.add(trainer)  # only now: every trainer in the set has its PerTrainer
+    return kept
 
 
 def _apply_each(patches):
@@ -101,8 +120,7 @@ def apply_all(patches):
 def apply_to_trainer(trainer, patches):
     """Patches one trainer owns (an instance, or its own copy of the profile); listed by status() while
     the trainer lives, reverted with the rest."""
-    trainer.__dict__[TRAINER_PATCHES] = _apply_each(patches)
-    STATE.trainers.add(trainer)  # only now: every trainer in the set has its list
+    per_trainer(trainer).patches = _apply_each(patches)
 
 
 def applied():
@@ -110,14 +128,22 @@ def applied():
     found = [(patch.name, patch) for patch in STATE.patches]
     for trainer in list(STATE.trainers):
         label = f"{type(trainer).__name__} at {id(trainer):#x}:"
-        found += [(f"{label} {patch.name}", patch) for patch in trainer.__dict__[TRAINER_PATCHES]]
+        found += [(f"{label} {patch.name}", patch) for patch in trainer.__dict__[PER_TRAINER].patches]
     return found
+
+
+def _release_trainer(trainer):
+    """The trainer as the release builds it: its own patches reverted, our callback gone, no PerTrainer."""
+    kept = trainer.__dict__.pop(PER_TRAINER)
+    for patch in reversed(kept.patches):
+        patch.revert()
+    if kept.order is not None:
+        trainer.pop_callback(kept.order)  # (not remove_callback: a callback the user took out already is fine)
 
 
 def revert_all():
     for trainer in list(STATE.trainers):
-        for patch in reversed(trainer.__dict__.pop(TRAINER_PATCHES)):
-            patch.revert()
+        _release_trainer(trainer)
     STATE.trainers = weakref.WeakSet()
     for patch in reversed(STATE.patches):
         patch.revert()

@@ -3,7 +3,7 @@
 import os
 
 import unsloth_diffusion_norm  # noqa: F401 - before unsloth, the documented order
-from unsloth_diffusion_norm.verify import fixtures
+from unsloth_diffusion_norm.proof import fixtures
 
 for name, value in fixtures.CPU_ENVIRONMENT.items():
     os.environ.setdefault(name, value)

@@ -111,7 +111,7 @@ def test_config_field_validates_and_round_trips(plugin, tmp_path):
 def _construct(tmp_path, profile, positional=False, **flags):
     from datasets import Dataset
 
-    from unsloth_diffusion_norm.verify import fixtures
+    from unsloth_diffusion_norm.proof import fixtures
 
     model, tokenizer = fixtures.load_model()
     args = DiffusionConfig(output_dir=str(tmp_path), bf16=False, use_cpu=True, report_to=[], max_length=None, **flags)
@@ -129,6 +129,26 @@ def test_a_trainer_built_with_positional_arguments_is_set_up_as_with_keywords(pl
     trainer = _construct(tmp_path, nemotron(), positional=True, diffusion_noise="per_sample")
     assert trainer.args.diffusion_noise == "per_sample" and trainer.diffusion_profile.name == nemotron().name
     assert any(isinstance(c, per_sample.DataOrder) for c in trainer.callback_handler.callbacks)
+
+
+def test_unpatch_gives_a_trainer_built_before_it_back_to_the_release(plugin, tmp_path):
+    """Its own patches (2026.10.7+), its DataOrder callback and all the plugin kept on it are gone; a later
+    apply() does not set it up again."""
+    from unsloth_diffusion_norm import per_sample
+
+    trainer = _construct(tmp_path, nemotron(), diffusion_noise="per_sample")
+    kept = vars(trainer)[registry.PER_TRAINER]
+    assert trainer in registry.STATE.trainers and kept.noise == config.PER_SAMPLE
+    assert kept.order in trainer.callback_handler.callbacks
+    own = [(patch.owner, patch.attribute, patch.installed) for patch in kept.patches]  # none on 2026.10.4-.6
+    unsloth_diffusion_norm.unpatch()
+    assert registry.PER_TRAINER not in vars(trainer) and trainer not in registry.STATE.trainers
+    assert not any(isinstance(c, per_sample.DataOrder) for c in trainer.callback_handler.callbacks)
+    assert all(vars(owner).get(attribute) is not installed for owner, attribute, installed in own)
+    assert "get_batch_samples" not in vars(trainer) and unsloth_diffusion_norm.status().patches == ()
+    unsloth_diffusion_norm.apply()
+    assert registry.PER_TRAINER not in vars(trainer)
+    assert not any(name.startswith("DiffusionTrainer at ") for name, _ in unsloth_diffusion_norm.status().patches)
 
 
 @patched_only
@@ -227,7 +247,7 @@ def test_after_a_drift_is_mended_apply_patches_again(drifted):
 
 
 def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
-    from unsloth_diffusion_norm.verify import doctor
+    from unsloth_diffusion_norm.tools import doctor
 
     ours = vars(DiffusionTrainer)["__init__"]
     DiffusionTrainer.__init__ = lambda self, *pos, **kw: ours(self, *pos, **kw)  # someone else's wrapper
@@ -245,7 +265,7 @@ def test_a_displaced_patch_is_reported_by_status_and_doctor(plugin):
 @native_only
 def test_native_per_trainer_patches_are_listed_and_reverted(plugin):
     """At the default settings: the resume-exact draws are this trainer's own patches."""
-    from unsloth_diffusion_norm.verify import experiment, fixtures
+    from unsloth_diffusion_norm.proof import experiment, fixtures
 
     run = experiment.build([fixtures.Example([10], [20, 21])], record=False)
     trainer = run.trainer
@@ -290,8 +310,8 @@ def test_the_api_page_lists_every_patch_of_every_set_with_its_reason():
     modules = [importlib.import_module(n) for n in (TRAINER_MODULE, *DIFFUSION_MODULES)]
     built = {
         "2026.10.4–.6": patches.patched_release(patches.Release("<shape>", *modules)),
-        "2026.10.7+": patches.native_release(patches.Release(detect.NATIVE, *modules)),
-        "switched off": patches.flags_only(patches.Release(patches.DISABLED, modules[0], disabled_by="test")),
+        "2026.10.7+": patches.native_release(patches.Release(detect.UPSTREAM, *modules)),
+        "switched off": patches.flags_only(patches.Release(None, modules[0], disabled_by="test")),
     }
     assert {where: [(p.name, p.why) for p in found] for where, found in built.items()} == documented
 
@@ -305,7 +325,7 @@ def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin
 
 @native_only
 def test_the_api_page_lists_every_patch_a_flag_gives_a_trainer_on_a_native_release(plugin):
-    from unsloth_diffusion_norm.verify import experiment, fixtures
+    from unsloth_diffusion_norm.proof import experiment, fixtures
 
     documented = {}
     for flag, name, why in docs_table("trainer patches"):
@@ -317,7 +337,8 @@ def test_the_api_page_lists_every_patch_a_flag_gives_a_trainer_on_a_native_relea
         if flag != "the defaults":
             field, value = flag.split("=")
             settings = {field: value.strip('"')}
-        trainer = experiment.build([fixtures.Example([10], [20, 21])], record=False, **settings).trainer
+        setup = experiment.Setup.of(**settings)
+        trainer = experiment.build([fixtures.Example([10], [20, 21])], setup, record=False).trainer
         label = f"DiffusionTrainer at {id(trainer):#x}: "
         own = [
             (name[len(label) :], why) for name, why in unsloth_diffusion_norm.status().patches if name.startswith(label)
@@ -369,7 +390,7 @@ def test_status_names_the_shape_and_what_a_run_gets_by_default(plugin):
     from unsloth_diffusion_norm import activation, detect
 
     status = unsloth_diffusion_norm.status()
-    shapes = {registry.PATCHED: (detect.DENSE, detect.CHUNKED), registry.NATIVE: (detect.NATIVE,)}[MODE]
+    shapes = {registry.PATCHED: (detect.DENSE, detect.CHUNKED), registry.NATIVE: (detect.UPSTREAM,)}[MODE]
     assert status.shape in shapes and status.defaults == activation.DEFAULTS[MODE]
     with unsloth_diffusion_norm.unpatched() as inside:
         assert inside.defaults is None

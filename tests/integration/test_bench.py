@@ -3,14 +3,13 @@ they belong to the benchmark, not to the tests)."""
 
 import pytest
 
-from unsloth_diffusion_norm.verify import bench
+from unsloth_diffusion_norm.tools import bench
 
 
 @pytest.mark.once  # our own tooling, the same on every release
 def test_bench_reports_every_figure(plugin, tmp_path):
-    found = bench.run(
-        blocks=1, steps=1, models=("tiny",), plot=str(tmp_path / "bench.png"), ddp=False, log=lambda line: None
-    )
+    plan = bench.Plan(blocks=1, steps=1, models=("tiny",), plot=str(tmp_path / "bench.png"), ddp=False)
+    found = bench.run(plan, log=lambda line: None)
     variants = [label for label, _, _ in bench.variants(found["mode"])]
     assert [(r["ga"], r["variant"]) for r in found["rows"]] == [
         (ga, v) for ga in bench.GRADIENT_ACCUMULATION for v in variants

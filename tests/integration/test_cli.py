@@ -27,7 +27,7 @@ INSTALL = "pip install 'unsloth>=2026.10.4'"
 
 def blocked(module):
     """The CLI in a process where `import <module>` fails, as it does where the module is missing."""
-    code = f"import sys; sys.modules[{module!r}] = None; from unsloth_diffusion_norm.verify.cli import main; sys.exit(main())"
+    code = f"import sys; sys.modules[{module!r}] = None; from unsloth_diffusion_norm.tools.cli import main; sys.exit(main())"
     return [sys.executable, "-c", code]
 
 
@@ -150,7 +150,7 @@ def test_an_unimportable_unsloth_is_one_line_and_exit_3(places):
 
 
 def test_an_unsupported_unsloth_is_one_line_and_exit_2(capsys, drifted):
-    from unsloth_diffusion_norm.verify import cli
+    from unsloth_diffusion_norm.tools import cli
 
     with pytest.raises(RuntimeError):
         unsloth_diffusion_norm.apply()
@@ -317,7 +317,7 @@ def command_line(process):
 def is_rank(command):
     """A launched rank, not the torchrun that launched it (whose command line carries the rank's)."""
     return (
-        "unsloth_diffusion_norm.verify." in command and "--worker" in command and "torch.distributed.run" not in command
+        "unsloth_diffusion_norm.proof." in command and "--worker" in command and "torch.distributed.run" not in command
     )
 
 

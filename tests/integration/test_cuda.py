@@ -14,7 +14,8 @@ from test_oracle_cases import (
 )
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm.verify import doctor, experiment, fixtures, judging, oracle, scenarios
+from unsloth_diffusion_norm.proof import experiment, fixtures, judging, oracle, scenarios
+from unsloth_diffusion_norm.tools import doctor
 
 CUDA = "cuda"
 on_cuda = pytest.mark.skipif(

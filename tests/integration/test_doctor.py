@@ -9,7 +9,8 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify import cli, fixtures, oracle
+from unsloth_diffusion_norm.proof import fixtures, oracle
+from unsloth_diffusion_norm.tools import cli
 
 MODE = unsloth_diffusion_norm.apply().mode
 
@@ -30,7 +31,7 @@ def test_fixed_stack_passes_its_self_check(plugin, capsys):
 
 
 def test_the_verdict_names_what_the_release_still_gets_wrong_and_what_the_plugin_does(plugin):
-    from unsloth_diffusion_norm.verify import doctor
+    from unsloth_diffusion_norm.tools import doctor
 
     verdict = doctor.examine(self_check=False)["verdict"]
     if MODE == registry.NATIVE:  # right by itself on the loss; not on a resume, nor on data-parallel variety
@@ -51,7 +52,7 @@ def test_the_verdict_names_what_the_release_still_gets_wrong_and_what_the_plugin
 def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
     env = {**os.environ, **fixtures.CPU_ENVIRONMENT, "UNSLOTH_DIFFUSION_NORM": "0"}
     done = subprocess.run(
-        [sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor", "--json"],
+        [sys.executable, "-m", "unsloth_diffusion_norm.tools.cli", "doctor", "--json"],
         capture_output=True,
         text=True,
         env=env,

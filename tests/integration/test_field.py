@@ -11,8 +11,8 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import config, registry
-from unsloth_diffusion_norm.verify import experiment, fixtures, oracle, scenarios
-from unsloth_diffusion_norm.verify.fixtures import expected_mode
+from unsloth_diffusion_norm.proof import experiment, fixtures, oracle, scenarios
+from unsloth_diffusion_norm.proof.fixtures import expected_mode
 
 MODE = unsloth_diffusion_norm.apply().mode
 EXPECTED_MODE = expected_mode()
@@ -204,7 +204,7 @@ SWITCHED_OFF = """
         import unsloth
     from transformers import HfArgumentParser
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
-    from unsloth_diffusion_norm.verify import experiment, fixtures
+    from unsloth_diffusion_norm.proof import experiment, fixtures
     found = {"mode": u.status().mode, "training path": "get_batch_samples" in vars(DiffusionTrainer)}
     (args,) = HfArgumentParser(DiffusionConfig).parse_args_into_dataclasses(
         ["--output_dir", "out", "--diffusion_noise", "per_sample", "--bf16", "False"])
@@ -212,7 +212,7 @@ SWITCHED_OFF = """
     with contextlib.redirect_stdout(io.StringIO()):
         experiment.build([fixtures.Example([10], [20, 21])], record=False)  # no flag: trains as the release
         try:
-            experiment.build([fixtures.Example([10], [20, 21])], record=False, diffusion_noise="per_sample")
+            experiment.build([fixtures.Example([10], [20, 21])], experiment.Setup.of(diffusion_noise="per_sample"), record=False)
             found["refused"] = None
         except ValueError as error:
             found["refused"] = str(error)
@@ -236,7 +236,7 @@ WITHOUT_WRAPT = """
     import unsloth_diffusion_norm as u
     with contextlib.redirect_stdout(io.StringIO()):
         import unsloth
-    from unsloth_diffusion_norm.verify import doctor
+    from unsloth_diffusion_norm.tools import doctor
     status = u.status()
     report = doctor.examine(self_check=False)
     print(json.dumps({"mode": status.mode, "reason": status.reason, "shape": status.shape, "exit": report["exit"],
@@ -317,7 +317,7 @@ TWO_STEPS = [
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """A checkpoint directory and a prompt/completion JSON-lines file, as a user has them."""
-    from unsloth_diffusion_norm.verify.tiny_model import words, write_tiny_checkpoint
+    from unsloth_diffusion_norm.proof.tiny_model import words, write_tiny_checkpoint
 
     where = tmp_path_factory.mktemp("example")
     write_tiny_checkpoint(str(where / "checkpoint"))

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from unsloth_diffusion_norm.verify import experiment, fixtures, impact
-from unsloth_diffusion_norm.verify.tiny_model import words
+from unsloth_diffusion_norm.proof import experiment, fixtures
+from unsloth_diffusion_norm.proof.tiny_model import words
+from unsloth_diffusion_norm.tools import impact
 
 BATCH, ACCUMULATION, MAX_LENGTH, SEED = 3, 2, 10, 11
 pytestmark = pytest.mark.skipif(
@@ -35,9 +36,10 @@ ROWS.append(type("Long", (), {"row": lambda self: {"prompt": words(*range(30, 42
 
 @pytest.fixture(scope="module")
 def trainer():
-    run = experiment.build(
-        ROWS, batch_size=BATCH, gradient_accumulation_steps=ACCUMULATION, seed=SEED, record=False, max_length=MAX_LENGTH
+    setup = experiment.Setup.of(
+        batch_size=BATCH, gradient_accumulation_steps=ACCUMULATION, seed=SEED, max_length=MAX_LENGTH
     )
+    run = experiment.build(ROWS, setup, record=False)
     trainer = run.trainer
     del trainer._get_train_sampler  # build() keeps the given order; here the Trainer's own seeded sampler
     return trainer

@@ -8,8 +8,8 @@ import torch
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import detect, registry
-from unsloth_diffusion_norm.verify import experiment, judging
-from unsloth_diffusion_norm.verify.fixtures import equal_answers
+from unsloth_diffusion_norm.proof import experiment, judging
+from unsloth_diffusion_norm.proof.fixtures import equal_answers
 
 MODE = unsloth_diffusion_norm.apply().mode
 EXAMPLES = equal_answers(8)  # GA 2: 4 steps
@@ -78,7 +78,7 @@ def test_nvidias_dp_varying_mask_ratio_asks_for_per_sample_noise_in_one_line(plu
     said once when the trainer is built, not per step; an explicit diffusion_noise wins, silently."""
     import logging
 
-    from unsloth_diffusion_norm.verify.fixtures import write_tiny_checkpoint
+    from unsloth_diffusion_norm.proof.fixtures import write_tiny_checkpoint
 
     varying = write_tiny_checkpoint(str(tmp_path / "varying"), dp_varying_mask_ratio=True)
     with caplog.at_level(logging.INFO, logger="unsloth_diffusion_norm"):
@@ -110,7 +110,9 @@ def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):
             logging_steps=100,
             **({"diffusion_noise": noise} if noise else {}),
         )
-        assert all(judging.judge(run, window, eps=0.3, inverse_t=False).ok for window in run.windows), noise
+        assert all(
+            judging.judge(run, window, judging.OracleSettings(eps=0.3, inverse_t=False)).ok for window in run.windows
+        ), noise
 
 
 @pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
@@ -120,7 +122,8 @@ def test_outside_training_a_flagged_trainers_profile_is_the_releases_own(plugin,
     was passed: a trainer's profile copy answers as a clean profile with the same fields does."""
     import dataclasses
 
-    run = experiment.build(EXAMPLES[:2], diffusion_noise=noise, record=False, diffusion_eps=0.3)  # (not the default)
+    setup = experiment.Setup.of(diffusion_noise=noise, diffusion_eps=0.3)  # (not the default)
+    run = experiment.build(EXAMPLES[:2], setup, record=False)
     ours, model, args = run.trainer.diffusion_profile, run.trainer.model, run.trainer.args
     clean = dataclasses.replace(ours)  # (fields only: none of the trainer's patches)
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
@@ -147,7 +150,7 @@ def direct(tmp_path):
     """For direct calls of a profile: the tiny model, and `args(**settings)`: the run's arguments (fp32, CPU)."""
     from unsloth.models.diffusion_trainer import DiffusionConfig
 
-    from unsloth_diffusion_norm.verify.fixtures import load_model
+    from unsloth_diffusion_norm.proof.fixtures import load_model
 
     def args(**settings):
         return DiffusionConfig(output_dir=str(tmp_path), bf16=False, fp16=False, use_cpu=True, **settings)
@@ -335,8 +338,8 @@ def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, direct
     from unsloth.models.diffusion_masked import response_mask
 
     from unsloth_diffusion_norm import noise, per_sample
-    from unsloth_diffusion_norm.verify import oracle
-    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS
+    from unsloth_diffusion_norm.proof import oracle
+    from unsloth_diffusion_norm.proof.fixtures import EOS_ID, EPS
 
     seed, tie, length = 149504, 210, 212
     model = direct.model
@@ -360,8 +363,8 @@ def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(
     from unsloth.models.diffusion_masked import response_mask
 
     from unsloth_diffusion_norm import noise, per_sample
-    from unsloth_diffusion_norm.verify import oracle
-    from unsloth_diffusion_norm.verify.fixtures import EOS_ID, EPS
+    from unsloth_diffusion_norm.proof import oracle
+    from unsloth_diffusion_norm.proof.fixtures import EOS_ID, EPS
 
     model = direct.model
     ids = torch.tensor([[1, 1, 10, 30, 31, 32], [10, 11, 40, 41, 42, 43]])

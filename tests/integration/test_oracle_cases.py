@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
+from unsloth_diffusion_norm.proof import experiment, fixtures, judging, oracle
+from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers
+from unsloth_diffusion_norm.proof.judging import OracleSettings, judge
 from unsloth_diffusion_norm.registry import NATIVE
-from unsloth_diffusion_norm.verify import experiment, fixtures, judging, oracle
-from unsloth_diffusion_norm.verify.fixtures import Example, equal_answers
-from unsloth_diffusion_norm.verify.judging import judge
 
 MODE = unsloth_diffusion_norm.apply().mode
 
@@ -41,7 +41,7 @@ def run_case(examples, inverse_t=True, profile=None, control=False, **kwargs):
         kwargs["diffusion_profile"] = next(p for p in diffusion_profiles() if p.name == profile)
         kwargs["diffusion_loss_normalization"] = "window"
     run = (experiment.train_per_micro_batch if control else experiment.train)(examples, **kwargs)
-    return [judge(run, window, inverse_t=inverse_t) for window in run.windows]
+    return [judge(run, window, OracleSettings(inverse_t=inverse_t)) for window in run.windows]
 
 
 @pytest.mark.parametrize("case", list(CASES))

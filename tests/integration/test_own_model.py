@@ -16,7 +16,8 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify import cli, doctor, judging, oracle, own_model, reproduce
+from unsloth_diffusion_norm.proof import judging, oracle
+from unsloth_diffusion_norm.tools import cli, doctor, own_model, reproduce
 
 PROG = "unsloth-diffusion-norm"
 CLI = [sys.executable, "-m", "unsloth_diffusion_norm"]
@@ -200,7 +201,7 @@ def test_with_the_switch_off_doctor_model_fails_where_the_release_is_affected(na
 def test_the_fixtures_take_both_loss_paths_where_the_release_has_a_fused_head(checkpoints, tmp_path):
     """The untied plain lm_head takes the fused-head path, the tied embedding the dense-logit one."""
     diffusion_loss = pytest.importorskip("unsloth.models.diffusion_loss")  # 2026.10.6+; 10.4 is dense only
-    from unsloth_diffusion_norm.verify.fixtures import load_model
+    from unsloth_diffusion_norm.proof.fixtures import load_model
 
     fused = {}
     for name in ARCHITECTURES:
@@ -223,7 +224,7 @@ def test_a_forward_that_requires_attention_mask_cannot_train_here_and_doctor_say
     cannot train under DiffusionTrainer at all: the self-check reports that it could not run (exit 1)."""
     import tempfile
 
-    from unsloth_diffusion_norm.verify import doctor
+    from unsloth_diffusion_norm.tools import doctor
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the copy and the run folder: not in /tmp
 
@@ -311,11 +312,9 @@ def test_the_release_s_own_loss_matches_its_family_s_oracle_and_misses_it_with_t
     verdict = judging.judge(
         run,
         run.windows[0],
-        eps=objective.eps,
-        eos_id=copy.eos_id,
-        mask_id=copy.mask_id,
-        shift=shift,
-        normalization=normalization,
+        judging.OracleSettings(
+            eps=objective.eps, eos_id=copy.eos_id, mask_id=copy.mask_id, shift=shift, normalization=normalization
+        ),
     )
     assert verdict.worst > oracle.CONTROL_FACTORS["fp32"]
 

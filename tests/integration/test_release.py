@@ -9,7 +9,7 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify.fixtures import CPU_ENVIRONMENT, expected_mode
+from unsloth_diffusion_norm.proof.fixtures import CPU_ENVIRONMENT, expected_mode
 
 EXPECTED_MODE = expected_mode()
 
@@ -99,6 +99,6 @@ def test_a_release_without_masked_diffusion_gets_one_clear_warning_and_nothing_p
 def test_doctor_exits_2_on_a_release_without_masked_diffusion():
     env = {**os.environ, **CPU_ENVIRONMENT}
     done = subprocess.run(
-        [sys.executable, "-m", "unsloth_diffusion_norm.verify.cli", "doctor"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "unsloth_diffusion_norm.tools.cli", "doctor"], capture_output=True, text=True, env=env
     )
     assert done.returncode == 2 and "is not supported" in done.stdout

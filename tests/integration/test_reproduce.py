@@ -2,7 +2,7 @@
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify import cli
+from unsloth_diffusion_norm.tools import cli
 
 
 def test_reproduce_prints_the_table_and_succeeds(capsys, plugin):

@@ -1,4 +1,4 @@
-"""The two rooms: the core (what runs inside a user's training step) never imports the proof, and the
+"""The rooms: the core (what runs inside a user's training step) never imports the proof or the tools, and the
 oracle never imports the patches or the loss code it judges. Each checked in a fresh interpreter."""
 
 import json
@@ -7,9 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from unsloth_diffusion_norm.verify import fixtures
-
-CORE = ("activation", "registry", "detect", "patches", "config", "noise", "per_sample", "window", "loss")
+from unsloth_diffusion_norm.proof import fixtures
 
 
 def _modules_after(code, cwd, **env):
@@ -50,16 +48,18 @@ TRAIN_ONE_STEP = """
 """
 
 
-def test_the_core_never_imports_the_proof(tmp_path):
-    from unsloth_diffusion_norm.verify.tiny_model import write_tiny_checkpoint
+def test_the_core_never_imports_the_proof_or_the_tools(tmp_path):
+    from unsloth_diffusion_norm.proof.tiny_model import write_tiny_checkpoint
 
     write_tiny_checkpoint(str(tmp_path / "checkpoint"))  # its own remote code, as a user's checkpoint has
     loaded = _modules_after(TRAIN_ONE_STEP, tmp_path)
     assert "unsloth_diffusion_norm.activation" in loaded
-    assert [m for m in loaded if m.startswith("unsloth_diffusion_norm.verify")] == []
+    assert [m for m in loaded if m.startswith(("unsloth_diffusion_norm.proof", "unsloth_diffusion_norm.tools"))] == []
 
 
 def test_the_oracle_never_imports_what_it_judges(tmp_path):
-    loaded = _modules_after("import unsloth_diffusion_norm.verify.oracle", tmp_path)
-    judged = {f"unsloth_diffusion_norm.{name}" for name in ("patches", "loss", "noise", "window", "per_sample")}
-    assert "unsloth_diffusion_norm.verify.oracle" in loaded and not judged & set(loaded)
+    loaded = _modules_after("import unsloth_diffusion_norm.proof.oracle", tmp_path)
+    judged = {
+        f"unsloth_diffusion_norm.{name}" for name in ("patches", "wrappers", "loss", "noise", "window", "per_sample")
+    }
+    assert "unsloth_diffusion_norm.proof.oracle" in loaded and not judged & set(loaded)

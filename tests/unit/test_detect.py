@@ -45,7 +45,7 @@ def release(shape):
 def test_each_release_shape_is_recognised():
     assert detect.recognise(*release("dense")) == (detect.DENSE, [])
     assert detect.recognise(*release("chunked")) == (detect.CHUNKED, [])
-    assert detect.recognise(*release("native")) == (detect.NATIVE, [])
+    assert detect.recognise(*release("native")) == (detect.UPSTREAM, [])
 
 
 def test_a_missing_piece_is_named():

@@ -302,7 +302,7 @@ def test_the_install_hint_is_the_requirement_pyproject_states(monkeypatch):
     assert activation._install_hint("wrapt") == "pip install wrapt"
 
 
-@pytest.mark.parametrize("shape", [detect.CHUNKED, detect.NATIVE])
+@pytest.mark.parametrize("shape", [detect.CHUNKED, detect.UPSTREAM])
 def test_a_broken_installation_names_the_module_the_command_and_what_training_gets(state, caplog, shape):
     state.unsloth_version = "2026.10.6"
     with caplog.at_level(logging.INFO):
@@ -315,7 +315,7 @@ def test_a_broken_installation_names_the_module_the_command_and_what_training_ge
             "Unsloth 2026.10.6 normalizes by the window natively, so the loss is right, but the plugin's "
             "DiffusionConfig flags are unavailable"
         )
-        if shape == detect.NATIVE
+        if shape == detect.UPSTREAM
         else (
             "Nothing was patched: Unsloth 2026.10.6 will train with its per-micro-batch loss normalization "
             "(the bug this plugin fixes)"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from unsloth_diffusion_norm.verify import cli, impact
-from unsloth_diffusion_norm.verify.bench import can_plot
+from unsloth_diffusion_norm.tools import cli, impact
+from unsloth_diffusion_norm.tools.console import can_plot
 
 # Release-independent (no Unsloth): make test runs it, the matrix legs skip it; the counts a release's trainer
 # makes are tests/integration/test_impact_counts.py's, on every leg.
@@ -112,7 +112,7 @@ def test_the_cpu_stream_model_draws_what_torchs_cpu_generator_draws(world, batch
     t_real, counts_real = replay(
         prepared, settings, lambda: torch.manual_seed(seed), lambda g, b, p: (torch.rand(b), torch.rand(b, p))
     )
-    monkeypatch.setattr(impact, "GATHER", 7)  # the chunked gather reads the same values
+    monkeypatch.setattr(impact.rng_stream, "GATHER", 7)  # the chunked gather reads the same values
     for one in (stream, stream[None]):
         t, counts = impact.stream_counts(plan, one, EPS, device="cpu")
         assert np.array_equal(np.squeeze(t), t_real) and np.array_equal(np.squeeze(counts), counts_real)
@@ -147,7 +147,7 @@ def test_the_cuda_model_reads_every_call_at_the_same_offset_on_every_rank(world,
     t_real, counts_real = replay(prepared, settings, lambda: None, cuda_draw(blocks))
     stream = torch.cat(blocks).numpy()
     assert len(stream) == impact.stream_reads(plan, "cuda")[2]
-    monkeypatch.setattr(impact, "GATHER", 7)
+    monkeypatch.setattr(impact.rng_stream, "GATHER", 7)
     for one in (stream, stream[None]):
         t, counts = impact.stream_counts(plan, one, EPS, device="cuda")
         assert np.array_equal(np.squeeze(t), t_real) and np.array_equal(np.squeeze(counts), counts_real)
@@ -253,7 +253,7 @@ needs_trl_1 = pytest.mark.skipif(TRL < impact.TRL_FLOOR, reason="impact follows 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """The docs' dataset, built here: stdlib docstrings and a BPE tokenizer trained on them."""
-    from unsloth_diffusion_norm.verify import docstring_data
+    from unsloth_diffusion_norm.tools import docstring_data
 
     data, tokenizer, _ = docstring_data.write(str(tmp_path_factory.mktemp("demo")))
     return data, tokenizer
@@ -289,7 +289,7 @@ def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tm
         assert (
             capsys.readouterr()
             .err.strip()
-            .endswith("--plot needs matplotlib: pip install 'unsloth-diffusion-norm[bench]'")
+            .endswith("--plot: matplotlib is not installed (pip install 'unsloth-diffusion-norm[bench]' adds it)")
         )
     # --json alone: the report on stdout instead of the table (the default device: CUDA, where every
     # rank's row in the same slot shares its t: 4 positions x 2 rows); 64 rows keep it cheap
@@ -303,7 +303,7 @@ def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tm
 
 @pytest.fixture(scope="module")
 def word_tokenizer():
-    from unsloth_diffusion_norm.verify import fixtures
+    from unsloth_diffusion_norm.proof import fixtures
 
     return os.path.join(fixtures.tiny_checkpoint())
 

@@ -69,9 +69,9 @@ def graph():
 
 def test_the_import_graph_is_read_right():
     edges = graph()
-    assert f"{NAME}.verify.ranks" in edges[f"{NAME}.verify.data_parallel"]  # from .ranks import launch
-    assert f"{NAME}.verify.tables" in edges[f"{NAME}.verify.sharded"]  # from . import data_parallel, ranks, tables
-    assert f"{NAME}.registry" in edges[f"{NAME}.verify.ranks"]  # from ..registry import NATIVE
+    assert f"{NAME}.proof.ranks" in edges[f"{NAME}.proof.data_parallel"]  # from .ranks import launch
+    assert f"{NAME}.proof.tables" in edges[f"{NAME}.proof.sharded"]  # from . import data_parallel, ranks, tables
+    assert f"{NAME}.registry" in edges[f"{NAME}.proof.ranks"]  # from ..registry import NATIVE
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -89,3 +89,32 @@ def test_the_example_script_imports_the_plugin_first_and_unsloth_before_trl():
     ]
     assert order[0] == NAME
     assert order.index("unsloth") < min(order.index(name) for name in ("trl", "torch", "datasets"))
+
+
+def room(module):
+    """'core', 'proof' or 'tools': the room a module of the package belongs to. `python -m
+    unsloth_diffusion_norm` (__main__) is the command line, so a tool."""
+    parts = module.split(".")
+    if parts[1:] == ["__main__"]:
+        return "tools"
+    return parts[1] if len(parts) > 1 and parts[1] in ("proof", "tools") else "core"
+
+
+def test_imports_run_from_the_tools_to_the_proof_to_the_core():
+    allowed = {"core": {"core"}, "proof": {"proof", "core"}, "tools": {"tools", "proof", "core"}}
+    against = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph().items()
+        for target in targets
+        if room(target) not in allowed[room(name)]
+    )
+    assert against == []
+    assert room(f"{NAME}.tools.cli") == "tools" and room(f"{NAME}.proof.tiny_model") == "proof"
+    assert room(f"{NAME}.patches") == room(NAME) == "core"
+
+
+def test_the_console_script_lives_in_the_tools_room():
+    import tomllib
+
+    scripts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert room(scripts["unsloth-diffusion-norm"].split(":")[0]) == "tools"

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from unsloth_diffusion_norm.verify import processes
+from unsloth_diffusion_norm.proof import processes
 
 # A launcher in miniature: starts a "rank" in a session of its own that writes its pid and hangs, then hangs
 # itself (or, with --leave, exits once the rank is up and leaves it running, parented to init).

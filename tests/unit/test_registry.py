@@ -130,7 +130,7 @@ def test_a_trainers_own_patches_are_listed_with_it_and_reverted_with_the_rest(st
     label = f"Trainer at {id(trainer):#x}:"
     assert [name for name, _ in registry.applied()] == [f"{label} step"]
     registry.revert_all()
-    assert trainer.step() == "own" and registry.applied() == [] and registry.TRAINER_PATCHES not in vars(trainer)
+    assert trainer.step() == "own" and registry.applied() == [] and registry.PER_TRAINER not in vars(trainer)
 
 
 def test_applied_lists_the_process_wide_patches_then_each_trainers(state):
@@ -140,3 +140,29 @@ def test_applied_lists_the_process_wide_patches_then_each_trainers(state):
     trainer = make_classes()()
     registry.apply_to_trainer(trainer, [Patch("value", trainer, "value", lambda current: 2, "why")])
     assert [name for name, _ in registry.applied()] == ["Owner.own", f"Owner at {id(trainer):#x}: value"]
+
+
+def test_every_trainer_the_plugin_keeps_something_on_is_given_back_whole_by_revert_all(state):
+    """Its own patches reverted, its callback taken out, its PerTrainer gone: whether it has patches or not."""
+
+    class Trainer:
+        def __init__(self):
+            self.callbacks = []
+
+        def step(self):
+            return "own"
+
+        def pop_callback(self, callback):
+            self.callbacks.remove(callback)
+
+    noise_only, with_callback, with_patches = Trainer(), Trainer(), Trainer()
+    registry.per_trainer(noise_only).noise = "global"
+    order = registry.per_trainer(with_callback).order = object()
+    with_callback.callbacks.append(order)
+    registry.apply_to_trainer(with_patches, [Patch("step", with_patches, "step", lambda c: lambda: "patched", "w")])
+    assert set(registry.STATE.trainers) == {noise_only, with_callback, with_patches}
+    assert registry.per_trainer(noise_only) is vars(noise_only)[registry.PER_TRAINER]  # one, made once
+    registry.revert_all()
+    for trainer in (noise_only, with_callback, with_patches):
+        assert registry.PER_TRAINER not in vars(trainer) and trainer.callbacks == [] and trainer.step() == "own"
+    assert len(registry.STATE.trainers) == 0 and registry.applied() == []

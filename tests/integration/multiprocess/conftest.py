@@ -8,8 +8,8 @@ def one_process_masks():
     """one_process_masks(case) -> {layout: {generator seed: [own tokens, masked]}} for the case's examples
     trained with per-sample noise in one process, as 1 rank x GA 4 and as 1 rank x batch 4; every window
     is also judged by the oracle."""
-    from unsloth_diffusion_norm.verify import experiment, judging
-    from unsloth_diffusion_norm.verify.dp_cases import CASES
+    from unsloth_diffusion_norm.proof import experiment, judging
+    from unsloth_diffusion_norm.proof.dp_cases import CASES
 
     def masks(name):
         case, layouts = CASES[name], {}

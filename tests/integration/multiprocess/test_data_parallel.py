@@ -6,8 +6,8 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.verify import data_parallel, oracle
-from unsloth_diffusion_norm.verify.data_parallel import CASES, PLAN
+from unsloth_diffusion_norm.proof import data_parallel, oracle
+from unsloth_diffusion_norm.proof.data_parallel import CASES, PLAN
 
 pytestmark = pytest.mark.multiprocess
 NATIVE_RELEASE = unsloth_diffusion_norm.apply().mode == registry.NATIVE

@@ -5,8 +5,8 @@ order) passes every one-node test and fails here."""
 
 import pytest
 
-from unsloth_diffusion_norm.verify import data_parallel
-from unsloth_diffusion_norm.verify.dp_cases import CASES
+from unsloth_diffusion_norm.proof import data_parallel
+from unsloth_diffusion_norm.proof.dp_cases import CASES
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.multi_node]
 

@@ -5,8 +5,8 @@ over all ranks' data with the same masks. The tier is marked `sharded` (deselect
 
 import pytest
 
-from unsloth_diffusion_norm.verify import oracle, sharded
-from unsloth_diffusion_norm.verify.sharded import CASES, ENGINES
+from unsloth_diffusion_norm.proof import oracle, sharded
+from unsloth_diffusion_norm.proof.sharded import CASES, ENGINES
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.sharded]
 

@@ -7,7 +7,7 @@ training the ranks exchange what they saw, and each rank judges its own gradient
 against the oracle over all ranks' data with the same masks (`ranks`). One launch runs many cases,
 because a launch (process start plus `import unsloth`) costs far more than a case.
 
-    python -m unsloth_diffusion_norm.verify.data_parallel [--ranks 2 3] [--nodes N] [--json FILE]   # prints the table
+    python -m unsloth_diffusion_norm.proof.data_parallel [--ranks 2 3] [--nodes N] [--json FILE]   # prints the table
 
 --nodes 2: each launch as two torchrun agents on 127.0.0.1 (--nnodes 2, static rendezvous), one per node,
 so LOCAL_RANK differs from RANK as on a multi-node job (--ranks must then be multiples of N).
@@ -21,88 +21,105 @@ from . import tables
 from .dp_cases import CASES
 from .ranks import launch
 
+# The main table's columns: one row per case.
+HEADER = [
+    "case",
+    "ranks",
+    "masked tokens per micro-batch, by rank (windows split by /)",
+    "loss",
+    "reference",
+    "max grad error per rank",
+    "max param error",
+    "worst / tol",
+    "count collectives per window",
+    "within tolerance",
+]
+
 
 def render(results):
-    """One row per case: counts per rank, loss vs reference, worst errors over ranks and windows."""
+    """One row per case: counts per rank, loss vs reference, worst errors over ranks and windows; then the
+    resumed, the upstream-compared and the evaluated cases, each in a table of its own where there are any."""
+    lines = tables.markdown(HEADER, [_row(name, rows) for name, rows in _by_case(results).items()])
+    for extra in (_resumed(results), _compared(results), _evaluated(results)):
+        if extra:
+            lines += ["", *extra]
+    return "\n".join(lines)
+
+
+def _by_case(results):
+    """{case: its ranks' results}, in the order the cases first appear."""
     by_case = {}
     for r in results:
         by_case.setdefault(r["case"], []).append(r)
-    header = [
-        "case",
-        "ranks",
-        "masked tokens per micro-batch, by rank (windows split by /)",
-        "loss",
-        "reference",
-        "max grad error per rank",
-        "max param error",
-        "worst / tol",
-        "count collectives per window",
-        "within tolerance",
+    return by_case
+
+
+def _row(name, rows):
+    """A case's row of the main table, over its ranks' results (sorted here by rank)."""
+    rows.sort(key=lambda r: r["rank"])
+    first = rows[0]
+    counts = " / ".join(" ".join(f"r{k}:{c}" for k, c in enumerate(window)) for window in first["counts"])
+    loss = " / ".join(f"{x:.6f}" for x in first["logged_loss"])
+    reference = " / ".join(f"{x:.6f}" for x in first["reference_loss"])
+    grads = " ".join(f"{r['grad_error']:.1e}" for r in rows)
+    params = max(r["param_error"] for r in rows)
+    worst = max(r["worst"] for r in rows)
+    collectives = sorted({tuple(r["collectives"]) for r in rows})
+    ok = all(r["ok"] for r in rows)
+    return [
+        name,
+        first["ranks"],
+        counts,
+        loss,
+        reference,
+        grads,
+        f"{params:.1e}",
+        f"{worst:.3g}",
+        " ".join(map(str, collectives[0])) if len(collectives) == 1 else collectives,
+        "yes" if ok else "NO",
     ]
-    table = []
-    for name, rows in by_case.items():
-        rows.sort(key=lambda r: r["rank"])
-        first = rows[0]
-        counts = " / ".join(" ".join(f"r{k}:{c}" for k, c in enumerate(window)) for window in first["counts"])
-        loss = " / ".join(f"{x:.6f}" for x in first["logged_loss"])
-        reference = " / ".join(f"{x:.6f}" for x in first["reference_loss"])
-        grads = " ".join(f"{r['grad_error']:.1e}" for r in rows)
-        params = max(r["param_error"] for r in rows)
-        worst = max(r["worst"] for r in rows)
-        collectives = sorted({tuple(r["collectives"]) for r in rows})
-        ok = all(r["ok"] for r in rows)
-        table.append(
-            [
-                name,
-                first["ranks"],
-                counts,
-                loss,
-                reference,
-                grads,
-                f"{params:.1e}",
-                f"{worst:.3g}",
-                " ".join(map(str, collectives[0])) if len(collectives) == 1 else collectives,
-                "yes" if ok else "NO",
-            ]
-        )
-    lines = tables.markdown(header, table)
+
+
+def _resumed(results):
+    """The resume cases: each rank's difference to the uninterrupted run (no lines: none resumed)."""
     resumed = [r for r in results if r.get("resume_difference") is not None]
-    if resumed:
-        lines += [
-            "",
-            *tables.markdown(
-                ["case", "rank", "max abs parameter difference, resumed vs uninterrupted run"],
-                [[r["case"], r["rank"], f"{r['resume_difference']:.3g}"] for r in resumed],
-            ),
-        ]
+    if not resumed:
+        return []
+    return tables.markdown(
+        ["case", "rank", "max abs parameter difference, resumed vs uninterrupted run"],
+        [[r["case"], r["rank"], f"{r['resume_difference']:.3g}"] for r in resumed],
+    )
+
+
+def _compared(results):
+    """A natively fixed release: the plugin's default against Unsloth's own path, per case over ranks."""
     compared = {}
     for r in results:
         if r.get("upstream_difference") is not None:
             compared[r["case"]] = max(compared.get(r["case"], 0.0), r["upstream_difference"])
-    if compared:  # a natively fixed release: the plugin's default against Unsloth's own path
-        lines += [
-            "",
-            *tables.markdown(
-                [
-                    "case (default settings)",
-                    "max abs parameter difference to Unsloth's own run (unpatched), over ranks",
-                ],
-                [[case, f"{difference:.3g}"] for case, difference in compared.items()],
-            ),
-        ]
+    if not compared:
+        return []
+    return tables.markdown(
+        [
+            "case (default settings)",
+            "max abs parameter difference to Unsloth's own run (unpatched), over ranks",
+        ],
+        [[case, f"{difference:.3g}"] for case, difference in compared.items()],
+    )
+
+
+def _evaluated(results):
+    """The evaluated cases: rank 0's evaluation loss, the oracle's and the unpatched release's."""
     evaluated = [r for r in results if r.get("eval_loss") is not None and r["rank"] == 0]
-    if evaluated:
-        lines += [
-            "",
-            *tables.markdown(
-                ["case", "eval loss (rank 0)", "oracle", "unpatched release"],
-                [
-                    [r["case"], f"{r['eval_loss']:.6f}", f"{r['eval_reference']:.6f}", f"{r['eval_unpatched']:.6f}"]
-                    for r in evaluated
-                ],
-            ),
-        ]
-    return "\n".join(lines)
+    if not evaluated:
+        return []
+    return tables.markdown(
+        ["case", "eval loss (rank 0)", "oracle", "unpatched release"],
+        [
+            [r["case"], f"{r['eval_loss']:.6f}", f"{r['eval_reference']:.6f}", f"{r['eval_unpatched']:.6f}"]
+            for r in evaluated
+        ],
+    )
 
 
 def plan(ranks):

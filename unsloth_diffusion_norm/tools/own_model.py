@@ -15,6 +15,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from .console import USAGE, Failure
+
 # Size keys, in the spellings hub configs use (Llama / OLMo-LLaDA / GPT-2 / GLM). Each key found is set
 # to the tiny value when that is smaller; a key not listed here is kept as is (`--set key=value` for those).
 LAYERS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
@@ -46,8 +48,10 @@ HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 SEED = 0  # of the copy's random weights
 
 
-class Refused(ValueError):
+class Refused(Failure, ValueError):
     """DIR cannot be checked: one line saying why (the command line exits 2)."""
+
+    code = USAGE
 
 
 @dataclass
@@ -235,7 +239,7 @@ def _resolve(source, checkpoint):
     from unsloth.models.diffusion_profiles import resolve_diffusion_profile
 
     from ..detect import unsloth_version
-    from .oracle import OBJECTIVES
+    from ..proof.oracle import OBJECTIVES
 
     try:
         config = transformers.AutoConfig.from_pretrained(checkpoint, trust_remote_code=True, local_files_only=True)
@@ -315,7 +319,7 @@ def _token_ids(source, checkpoint, config):
     ordinary = [i for i in range(10, vocabulary) if i not in special][:18]
     if len(ordinary) < 18:
         raise Refused(f"the vocabulary of {source!r} (size {vocabulary}) is too small for the self-check")
-    from .fixtures import Example
+    from ..proof.fixtures import Example
 
     # The default self-check's shape: prompts of 3, answers of 12 plus EOS; eos=False: EOS is this model's.
     answer = ordinary[6:] + [eos_id]

@@ -21,6 +21,17 @@ CPU_ENVIRONMENT = {
 }
 
 
+def import_unsloth(banners=None):
+    """Import the plugin, then Unsloth, as users do; Unsloth's banners go to `banners` (a text stream), or
+    nowhere."""
+    import io
+
+    import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
+
+    with contextlib.redirect_stdout(banners or io.StringIO()):
+        import unsloth  # noqa: F401 - the plugin's hooks act on this import
+
+
 def expected_mode(version=None):
     """What the plugin must make of each release (the proof may know versions; the plugin may not)."""
     from ..detect import unsloth_version

@@ -1,7 +1,7 @@
 """Training the way users train: realistic DiffusionConfig settings and Trainer uses, each judged by the
 oracle window by window, each beside its per-micro-batch control.
 
-    python -m unsloth_diffusion_norm.verify.scenarios      # prints the table (docs/in-the-field.md)
+    python -m unsloth_diffusion_norm.proof.scenarios      # prints the table (docs/in-the-field.md)
 
 Every scenario is the real DiffusionTrainer through Trainer.train(): gradient clipping, logging every few
 steps, epochs cut by max_steps, streaming data, bf16 autocast, LoRA with padded mixed-length batches,
@@ -26,7 +26,7 @@ def _ignore(outputs, labels, num_items_in_batch=None):
 
 @dataclass
 class Scenario:
-    settings: dict  # for experiment.build
+    settings: dict  # the examples and the keywords of experiment.Setup.of
     runs: str = "train"  # how the trainer(s) are driven; see `drive`
     precision: str = "fp32"
     note: str = ""
@@ -34,7 +34,7 @@ class Scenario:
     @property
     def judged(self):
         """What the judge needs to know of the run's settings."""
-        return dict(max_grad_norm=self.settings.get("max_grad_norm", 0.0), precision=self.precision)
+        return judging.OracleSettings(max_grad_norm=self.settings.get("max_grad_norm", 0.0), precision=self.precision)
 
 
 SCENARIOS = {
@@ -106,8 +106,10 @@ def drive(scenario, control=False, device="cpu"):
     if scenario.runs == "two-trainers":
         # Both built before either trains: nothing of one may leak into the other.
         flag = {"diffusion_loss_normalization": "microbatch"} if control else {}
-        first = experiment.build(examples, **settings, **flag)
-        second = experiment.build(examples, **{**settings, "seed": 1, "diffusion_noise": "per_sample"}, **flag)
+        first = experiment.build(examples, experiment.Setup.of(**settings, **flag))
+        second = experiment.build(
+            examples, experiment.Setup.of(**{**settings, "seed": 1, "diffusion_noise": "per_sample"}, **flag)
+        )
         first.trainer.train()
         second.trainer.train()
         return [first, second]
@@ -124,7 +126,7 @@ def drive(scenario, control=False, device="cpu"):
     context, settings = experiment.per_micro_batch(settings) if control else (contextlib.nullcontext(), settings)
     with context:
         if scenario.runs == "train-twice":
-            run = experiment.build(examples, **settings)
+            run = experiment.build(examples, experiment.Setup.of(**settings))
             run.trainer.train()
             run.trainer.train()
             return [run]
@@ -135,7 +137,7 @@ def examine(name, scenario, device="cpu"):
     judged = scenario.judged
     runs = drive(scenario, device=device)
     logged = _take_logged_means(runs, scenario)
-    verdicts = [judging.judge(run, window, **judged) for run in runs for window in run.windows]
+    verdicts = [judging.judge(run, window, judged) for run in runs for window in run.windows]
     outcome = Outcome(name, [v.counts for v in verdicts], max(v.worst for v in verdicts), 0.0, True)
     if logged:
         outcome.logged_mean_error = max(
@@ -147,7 +149,7 @@ def examine(name, scenario, device="cpu"):
         outcome.eval_error = _evaluation_error(runs[0])
     controls = drive(scenario, control=True, device=device)
     _take_logged_means(controls, scenario)
-    judged_controls = [judging.judge(run, window, **judged) for run in controls for window in run.windows]
+    judged_controls = [judging.judge(run, window, judged) for run in controls for window in run.windows]
     outcome.control_counts_equal = [v.counts for v in judged_controls] == outcome.counts
     unequal = [c for v, c in zip(verdicts, judged_controls) if len(v.counts) > 1 and len(set(v.counts)) > 1]
     outcome.unequal_windows = len(unequal)
@@ -204,16 +206,15 @@ def render(outcomes):
 
 
 def main():
-    import contextlib as _contextlib
     import io
 
-    import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
+    from ..activation import status as plugin_status
+    from .fixtures import import_unsloth
 
-    with _contextlib.redirect_stdout(io.StringIO()):
-        import unsloth  # noqa: F401
-
+    import_unsloth()
+    with contextlib.redirect_stdout(io.StringIO()):
         outcomes = examine_all()
-    status = unsloth_diffusion_norm.status()
+    status = plugin_status()
     print(
         f"Unsloth {status.unsloth_version} (mode {status.mode}); fp32 {oracle.describe_tolerance()}, "
         f"bf16 {oracle.describe_tolerance('bf16')}\n"

@@ -2,8 +2,8 @@
 equal length whose realized mask counts differ) on the tiny model, CPU, a few seconds after imports."""
 
 from ..activation import apply, status, unpatched
+from ..proof import experiment, fixtures, judging, oracle, tables
 from ..registry import NATIVE, PATCHED
-from . import experiment, fixtures, judging, oracle
 
 EXAMPLES = [fixtures.Example([10, 11, 12], fixtures.LONG), fixtures.Example([13, 14, 15], fixtures.LONG)]
 
@@ -35,11 +35,13 @@ def judge_copy(run, model, normalization=None):
     return judging.judge(
         run,
         run.windows[0],
-        eps=objective.eps,
-        eos_id=model.eos_id,
-        mask_id=model.mask_id,
-        shift=objective.shift,
-        normalization=normalization or objective.normalization,
+        judging.OracleSettings(
+            eps=objective.eps,
+            eos_id=model.eos_id,
+            mask_id=model.mask_id,
+            shift=objective.shift,
+            normalization=normalization or objective.normalization,
+        ),
     )
 
 
@@ -132,7 +134,6 @@ def render(columns, model=None):
         ("worst error / tolerance", [cell(v and v.worst, ".3g") for v in columns.values()] + ["—"]),
         ("within tolerance", [("—" if v is None else ("yes" if v.ok else "NO")) for v in columns.values()] + ["—"]),
     ]
-    width = max(len(r[0]) for r in rows)
     lines = [
         f"Unsloth {status().unsloth_version}; realized masked tokens per micro-batch: {reference.counts} "
         f"(window total {sum(reference.counts)}); {oracle.describe_tolerance()}",
@@ -154,10 +155,9 @@ def render(columns, model=None):
             else []
         ),
         "",
-        "| " + " | ".join([" " * width] + [f"{n:>15}" for n in names]) + " |",
-        "|" + "|".join(["-" * (width + 2)] + ["-" * 17 for _ in names]) + "|",
     ]
-    lines += ["| " + " | ".join([f"{label:<{width}}"] + [f"{v:>15}" for v in values]) + " |" for label, values in rows]
+    align = "<" + ">" * len(names)
+    lines += tables.markdown(["", *names], [[label, *values] for label, values in rows], align, min_width=15)
     return "\n".join(lines)
 
 

@@ -14,9 +14,11 @@ import time
 from importlib import metadata
 
 from ..registry import BROKEN, DISABLED, NATIVE, PATCHED, UNPATCHED, UNSUPPORTED
+from .console import DONE as FIXED
+from .console import FAILED as AFFECTED
+from .console import UNSUPPORTED as NOT_SUPPORTED
 
 PACKAGES = ("unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch")
-FIXED, AFFECTED, NOT_SUPPORTED = 0, 1, 2
 # What a natively fixed release (2026.10.7+) still gets wrong on its own.
 NATIVE_GAPS = (
     "it draws each window's noise while fetching it, before a resumed run restores the RNG, so a resumed run "
@@ -53,7 +55,7 @@ def natively_fixed():
         modules = [importlib.import_module(f"unsloth.models.diffusion_{m}") for m in ("trainer", "masked", "profiles")]
     except ImportError:
         return False
-    return detect.recognise(*modules)[0] == detect.NATIVE
+    return detect.recognise(*modules)[0] == detect.UPSTREAM
 
 
 def examine(self_check=True, model=None, settings=(), device="cpu"):
@@ -62,7 +64,6 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
     own_model.Refused, one line, when it cannot. `device`: where the self-check trains (the oracle runs
     there too)."""
     from ..activation import status
-    from . import own_model, reproduce
 
     report = {"versions": versions(), "device": accelerator()}
     state = status()
@@ -74,7 +75,6 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
         patches=[name for name, _ in state.patches],
         displaced=list(state.displaced),
     )
-    native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     release = f"Unsloth {state.unsloth_version or report['versions']['unsloth']}"
     if state.mode == UNSUPPORTED:
         report["verdict"] = (
@@ -82,78 +82,88 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
         )
         report["exit"] = NOT_SUPPORTED
         return report
+    native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
+    report["verdict"] = verdict(state, release, native)
+    fixed = (state.mode == PATCHED or (native and state.mode != BROKEN)) and not state.displaced
+    passed = _self_check(report, model, settings, device) if self_check else True
+    report["exit"] = FIXED if fixed and passed else AFFECTED
+    return report
+
+
+def verdict(state, release, native):
+    """The verdict in words: is this stack affected, and is the fix live (`native`: the release normalizes
+    by the window itself)?"""
     if state.mode == PATCHED:
-        verdict = (
+        said = (
             f"{release} normalizes per micro-batch; the plugin's fix is active, "
             f"so the loss is divided by the whole window's masked tokens."
         )
     elif state.mode == BROKEN:
-        verdict = f"the plugin's {state.reason}; " + (
+        said = f"the plugin's {state.reason}; " + (
             f"{release} normalizes by the window natively, so losses are right, but the plugin's flags are unavailable."
             if native
             else f"{release} normalizes per micro-batch, so runs with gradient accumulation are affected."
         )
     elif native and state.mode == NATIVE:
-        verdict = (
+        said = (
             f"{release} normalizes by the window natively, but {NATIVE_GAPS}; the plugin draws Unsloth's own noise "
             "at each window's first step by default, so a resumed run is exact (an uninterrupted one is bitwise "
             "Unsloth's), and diffusion_noise='per_sample' (or the model config's dp_varying_mask_ratio=True) "
             "gives each example its own."
         )
     elif native:
-        verdict = (
+        said = (
             f"{release} normalizes by the window natively, but {NATIVE_GAPS}; the plugin is {state.mode}, so "
             "nothing fixes either."
         )
     else:
-        verdict = (
+        said = (
             f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
             f"runs with gradient accumulation are affected."
         )
-    fixed = state.mode == PATCHED or (native and state.mode != BROKEN)
     if state.displaced:
-        verdict += (
+        said += (
             f" But {len(state.displaced)} of the plugin's patches were replaced by something else "
             f"after they were applied ({', '.join(state.displaced)}): the fix is not whole."
         )
-        fixed = False
-    report["verdict"] = verdict
-    if self_check:
-        started = time.perf_counter()
-        subject = None
-        if model is not None:  # a directory it cannot run on is refused, not reported as a failed check
-            subject = own_model.prepare(model, settings)
-            report["model"] = subject.describe()
-        try:
-            if reproduce.opts_in(subject):  # Dream, LLaDA: the plugin changes them only when a run opts in
-                report["verdict"] += (
-                    f" {subject.model_class}'s family ({subject.profile}) keeps its own normalization unless a "
-                    "run sets diffusion_loss_normalization='window'."
-                )
-                checks = reproduce.family_checks(0, subject, device)
-                seconds = round(time.perf_counter() - started, 2)
-                report["self_check"] = {**checks, "seconds": seconds, "device": str(device)}
-                report["exit"] = FIXED if fixed and checks["passed"] else AFFECTED
-                return report
-            # this stack as it is: patched, native or unfixed
-            verdict = reproduce.measure(seed=0, model=subject, device=device)
-        except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
-            report["self_check"] = {
-                "passed": False,
-                "error": f"{type(error).__name__}: {error}",
-                "seconds": round(time.perf_counter() - started, 2),
-            }
-            report["exit"] = AFFECTED
-            return report
+    return said
+
+
+def _self_check(report, model, settings, device):
+    """Train one window and judge it by the oracle; the outcome goes into `report`. True if it passed."""
+    from . import own_model, reproduce
+
+    started = time.perf_counter()
+    subject = None
+    if model is not None:  # a directory it cannot run on is refused, not reported as a failed check
+        subject = own_model.prepare(model, settings)
+        report["model"] = subject.describe()
+    try:
+        if reproduce.opts_in(subject):  # Dream, LLaDA: the plugin changes them only when a run opts in
+            report["verdict"] += (
+                f" {subject.model_class}'s family ({subject.profile}) keeps its own normalization unless a "
+                "run sets diffusion_loss_normalization='window'."
+            )
+            checks = reproduce.family_checks(0, subject, device)
+            seconds = round(time.perf_counter() - started, 2)
+            report["self_check"] = {**checks, "seconds": seconds, "device": str(device)}
+            return checks["passed"]
+        # this stack as it is: patched, native or unfixed
+        judged = reproduce.measure(seed=0, model=subject, device=device)
+    except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
         report["self_check"] = {
-            **verdict.report(),
-            "passed": verdict.ok,
+            "passed": False,
+            "error": f"{type(error).__name__}: {error}",
             "seconds": round(time.perf_counter() - started, 2),
-            "device": str(device),
         }
-        fixed = fixed and verdict.ok
-    report["exit"] = FIXED if fixed else AFFECTED
-    return report
+        return False
+    report["self_check"] = {
+        **judged.report(),
+        "passed": judged.ok,
+        "seconds": round(time.perf_counter() - started, 2),
+        "device": str(device),
+    }
+    return judged.ok
 
 
 def unusable(message, code):

@@ -1,5 +1,5 @@
-"""The proof room: everything that shows the core (the package's top-level modules) is right, and nothing
-that runs inside a user's training step. The core never imports from here.
+"""The proof room: everything that shows the core (the package's top-level modules) is right. It imports
+the core and never the tools; the core imports neither.
 
 - `oracle`: the independent reference (never imports the patches or the loss code it judges);
 - `tiny_model`: a Nemotron-Labs-Diffusion-shaped remote-code checkpoint we write ourselves;
@@ -7,6 +7,7 @@ that runs inside a user's training step. The core never imports from here.
 - `experiment`: real `Trainer.train()` runs, recorded window by window;
 - `judging`: a recorded window against the oracle;
 - `instruments`: counters and clocks attached to a live trainer (collectives, step time);
-- `scenarios`, `dp_cases`, `ranks`, `launch`, `sharded`: what is run, in one process or many;
-- `reproduce`, `doctor`, `bench`, `cli`: the user-facing proof; `tables`: every markdown table.
+- `scenarios`: realistic configurations in one process;
+- `dp_cases`, `ranks`, `processes`, `engines`, `data_parallel`, `sharded`: the launched ranks;
+- `tables`: every markdown table.
 """

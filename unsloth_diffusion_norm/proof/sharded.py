@@ -1,7 +1,7 @@
 """Sharded data parallel on real processes: FSDP2 through accelerate, DeepSpeed ZeRO-2 and ZeRO-3, each
 launched the way users launch it and judged per rank by the oracle (the runs of `data_parallel`).
 
-    python -m unsloth_diffusion_norm.verify.sharded [--engines fsdp2 zero2 zero3] [--json FILE]
+    python -m unsloth_diffusion_norm.proof.sharded [--engines fsdp2 zero2 zero3] [--json FILE]
 
 | engine | launched with | gradients | judged on every rank |
 |---|---|---|---|

@@ -1,7 +1,7 @@
 """Launched ranks: what each process of a data-parallel or sharded run does (train one case, record its
 windows, judge itself against the oracle over all ranks' data), and how the processes are launched.
 
-    python -m unsloth_diffusion_norm.verify.ranks --worker ...   # inside a launched process (see `launch`)
+    python -m unsloth_diffusion_norm.proof.ranks --worker ...   # inside a launched process (see `launch`)
 """
 
 import argparse
@@ -56,9 +56,43 @@ def run_case(name, case, engine=None):
     RankResult."""
     import torch.distributed as dist
 
-    import unsloth_diffusion_norm
+    _prepare(case)
+    counter = CollectiveCounter()
+    settings = _settings(case, counter, engine)
+    trained = _train(name, case, settings, counter)
+    upstream = _upstream_difference(case, settings, trained.uninterrupted)
+    run = trained.run
+    trainer = run.trainer
+    world, rank = dist.get_world_size(), dist.get_rank()
+    assert world == case.ranks, f"{name}: launched with {world} ranks, the case needs {case.ranks}"
 
-    from . import engines, experiment, judging, oracle
+    seen = [None] * world
+    dist.all_gather_object(seen, [(w.batches, w.rng_state) for w in run.windows])
+    result = RankResult(
+        case=name,
+        rank=rank,
+        ranks=world,
+        **_judged(run, seen, rank, rank_local=not case.average_tokens_across_devices),
+        collectives=counter.per_window,
+        model_wrapped=type(trainer.model_wrapped).__name__,
+        resume_difference=trained.resume_difference,
+        checkpoint=trained.checkpoint,
+        upstream_difference=upstream,
+        notes=trained.notes,
+        local_rank=int(os.environ.get("LOCAL_RANK", -1)),
+    )
+    if engine is not None:
+        result.engine = engine.name
+        result.engine_on, result.layout = engines.layout(engine, trainer)
+    if case.evaluate:
+        _evaluate(result, run, world)
+    result.ok = result.worst <= 1.0
+    return result
+
+
+def _prepare(case):
+    """The plugin applied; for a case that asks for it, Unsloth's own gradient-accumulation Trainer."""
+    import unsloth_diffusion_norm
 
     unsloth_diffusion_norm.apply()
     if case.unsloth_ga_trainer:
@@ -67,8 +101,10 @@ def run_case(name, case, engine=None):
 
         patch_gradient_accumulation_fix(transformers.Trainer)
         assert transformers.Trainer.get_batch_samples.__name__ == "_unsloth_get_batch_samples"
-    counter = CollectiveCounter()
-    train = experiment.train if case.patched else experiment.train_per_micro_batch
+
+
+def _settings(case, counter, engine):
+    """The keywords of the case's experiment.train, counting its collectives with `counter`."""
     settings = dict(
         gradient_accumulation_steps=case.gradient_accumulation_steps,
         seed=case.seed,
@@ -88,46 +124,74 @@ def run_case(name, case, engine=None):
         settings["checkpoint"] = fixtures.write_tiny_checkpoint(
             tempfile.mkdtemp(prefix="udn-ckpt-"), **case.model_config
         )
-    resume_difference = checkpoint = upstream = None
+    return settings
+
+
+@dataclass
+class Trained:
+    """A case trained on this rank: the run judged, the run without a resume, and what a resume adds."""
+
+    run: object
+    uninterrupted: object  # the resume cases' full run; otherwise `run`
+    resume_difference: float = None
+    checkpoint: list = None
+    notes: list = None
+
+
+def _train(name, case, settings, counter):
+    """Train the case (and, for a resume case, resume it from its checkpoint); the plugin's notes meanwhile."""
+    from . import experiment
+
+    train = experiment.train if case.patched else experiment.train_per_micro_batch
     notes = Notes()
     try:
         if case.resume_at:
             # The launcher's working directory is shared by the ranks: the checkpoint goes there.
             workdir = os.path.join(os.getcwd(), name)
             runs = experiment.train_and_resume(case.examples(), case.resume_at, workdir, **settings)
-            run, resume_difference = runs.resumed, runs.difference
             saved = os.path.join(workdir, "full", f"checkpoint-{case.resume_at}")
             checkpoint = sorted(os.path.relpath(os.path.join(d, f), saved) for d, _, fs in os.walk(saved) for f in fs)
+            trained = Trained(runs.resumed, runs.full, runs.difference, checkpoint)
         else:
             run = train(case.examples(), **settings)
+            trained = Trained(run, run)
     finally:
         counter.detach()
         notes.detach()
-    if (
+    trained.notes = notes.lines
+    return trained
+
+
+def _upstream_difference(case, settings, uninterrupted):
+    """On a natively fixed release, for a case at the default settings: the largest |parameter difference|
+    of the uninterrupted run to the same run under Unsloth's own training path; None elsewhere."""
+    import unsloth_diffusion_norm
+
+    from . import experiment
+
+    if not (
         unsloth_diffusion_norm.status().mode == NATIVE
         and case.patched
         and not (case.diffusion_noise or case.model_config)
     ):
-        # The plugin's default there must be bitwise Unsloth's own in an uninterrupted run.
-        settings.pop("before_train")
-        with unsloth_diffusion_norm.unpatched():
-            own = experiment.train(case.examples(), **settings)
-        upstream = experiment.divergence(runs.full if case.resume_at else run, own)
-    trainer = run.trainer
-    world, rank = dist.get_world_size(), dist.get_rank()
-    assert world == case.ranks, f"{name}: launched with {world} ranks, the case needs {case.ranks}"
+        return None
+    # The plugin's default there must be bitwise Unsloth's own in an uninterrupted run.
+    settings.pop("before_train")
+    with unsloth_diffusion_norm.unpatched():
+        own = experiment.train(case.examples(), **settings)
+    return experiment.divergence(uninterrupted, own)
 
-    seen = [None] * world
-    dist.all_gather_object(seen, [(w.batches, w.rng_state) for w in run.windows])
-    rank_local = not case.average_tokens_across_devices
+
+def _judged(run, seen, rank, rank_local):
+    """The RankResult fields of every window judged against the oracle over `seen`, every rank's
+    (batches, rng_state) of each window: masked counts, noise levels, losses and the worst errors."""
+    from . import judging
+
     verdicts = [
         judging.judge(run, window, ranks=[r[i] for r in seen], rank_local=rank_local)
         for i, window in enumerate(run.windows)
     ]
-    result = RankResult(
-        case=name,
-        rank=rank,
-        ranks=world,
+    return dict(
         counts=[
             [[int(m.masked.sum()) for m in judging.realized(*r[i])] for r in seen] for i in range(len(run.windows))
         ],
@@ -142,31 +206,30 @@ def run_case(name, case, engine=None):
         grad_error=max(v.grad_error for v in verdicts),
         param_error=max(v.param_error for v in verdicts),
         worst=max(v.worst for v in verdicts),
-        collectives=counter.per_window,
-        model_wrapped=type(trainer.model_wrapped).__name__,
-        resume_difference=resume_difference,
-        checkpoint=checkpoint,
-        upstream_difference=upstream,
-        notes=notes.lines,
-        local_rank=int(os.environ.get("LOCAL_RANK", -1)),
     )
-    if engine is not None:
-        result.engine = engine.name
-        result.engine_on, result.layout = engines.layout(engine, trainer)
-    if case.evaluate:
-        result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
-        everyone = [None] * world
-        dist.all_gather_object(everyone, evaluated)
-        model = run.reference_model
-        model.load_state_dict(trainer.model.state_dict())
-        result.eval_reference = judging.expected_evaluation_loss(model, [s for r in everyone for s in r])
-        result.worst = max(
-            result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
-        )
-        with unsloth_diffusion_norm.unpatched():
-            result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
-    result.ok = result.worst <= 1.0
-    return result
+
+
+def _evaluate(result, run, world):
+    """The case's evaluation on every rank, against the oracle over all ranks' evaluation batches and
+    against the unpatched release; into `result` (its worst error included)."""
+    import torch.distributed as dist
+
+    import unsloth_diffusion_norm
+
+    from . import experiment, judging, oracle
+
+    trainer = run.trainer
+    result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
+    everyone = [None] * world
+    dist.all_gather_object(everyone, evaluated)
+    model = run.reference_model
+    model.load_state_dict(trainer.model.state_dict())
+    result.eval_reference = judging.expected_evaluation_loss(model, [s for r in everyone for s in r])
+    result.worst = max(
+        result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
+    )
+    with unsloth_diffusion_norm.unpatched():
+        result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
 
 
 class Notes:
@@ -193,11 +256,7 @@ def worker(names, out, engine_name=None):
 
     import torch.distributed as dist
 
-    import unsloth_diffusion_norm  # noqa: F401 - before unsloth, as users do
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        import unsloth  # noqa: F401
-
+    fixtures.import_unsloth()
     engine = engines.ENGINES[engine_name] if engine_name else None
     cases = SHARDED if engine else CASES
     if engine is not None:

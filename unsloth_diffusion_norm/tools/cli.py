@@ -8,28 +8,31 @@ run on, an Unsloth release the plugin does not support, or `impact` input it can
 
 import argparse
 import contextlib
+import dataclasses
 import io
-import json
-import math
 import os
-import shutil
 import sys
-import tempfile
-import time
 
 from .. import __version__
-
-PROG = "unsloth-diffusion-norm"
-DONE, FAILED, USAGE, UNSUPPORTED, NO_UNSLOTH, UNWRITABLE, INTERRUPTED = 0, 1, 2, 2, 3, 4, 130
-INSTALL = "pip install 'unsloth>=2026.10.4'"
-
-
-class Failure(Exception):
-    """One line for stderr, and the exit status that goes with it."""
-
-    def __init__(self, line, code):
-        super().__init__(line)
-        self.code = code
+from .console import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    NO_PLOT,
+    PROG,
+    SCRATCH,
+    UNWRITABLE,
+    USAGE,
+    Failure,
+    Progress,
+    can_plot,
+    import_unsloth,
+    installed_unsloth,
+    print_json,
+    refuse_unsupported,
+    scratch_space,
+    write_json,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -215,7 +218,7 @@ def _impact_options(commands):
 
 
 def _quiet_imports():
-    from .fixtures import CPU_ENVIRONMENT  # our own runs' environment; the plugin itself never sets it
+    from ..proof.fixtures import CPU_ENVIRONMENT  # our own runs' environment; the plugin itself never sets it
 
     for name, value in CPU_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
@@ -225,111 +228,24 @@ def _quiet_imports():
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-@contextlib.contextmanager
-def _scratch_space():
-    """One temporary directory, removed at exit (Ctrl-C included), for everything this process and the
-    processes it starts write that nobody asked for: our checkpoints and run folders (tempfile), torch's
-    caches (TMPDIR), Unsloth's compiled cache (UNSLOTH_COMPILE_LOCATION, read when Unsloth is imported;
-    by default it lands in the current directory) and the tiny model's copied remote code
-    (HF_MODULES_CACHE). Only this process sees these settings; a user's own training keeps Unsloth's."""
-    root = tempfile.mkdtemp(prefix="udn-cli-")
-    _SCRATCH.append(root)
-    settings = {"TMPDIR": root}
-    if not {"unsloth", "transformers"} & sys.modules.keys():  # both read these once, when imported
-        for name, leaf in (("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"), ("HF_MODULES_CACHE", "hf_modules")):
-            if name not in os.environ:  # a location the user chose stays theirs
-                settings[name] = os.path.join(root, leaf)
-    saved = {name: os.environ.get(name) for name in settings}
-    saved_tempdir = tempfile.tempdir
-    os.environ.update(settings)
-    tempfile.tempdir = root
-    try:
-        yield root
-    finally:
-        from .processes import deferred_interrupts
-
-        with deferred_interrupts():  # a second Ctrl-C must not cut the removal short
-            tempfile.tempdir = saved_tempdir
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            shutil.rmtree(root, ignore_errors=True)
-
-
-_SCRATCH = []  # every scratch directory this process made: what an interrupted command reports on
-
-
-def _installed_unsloth():
-    """Unsloth's version ('' when it is importable without package metadata); Failure(NO_UNSLOTH) if absent."""
-    from importlib import metadata, util
-
-    try:
-        return metadata.version("unsloth")
-    except metadata.PackageNotFoundError:
-        if "unsloth" in sys.modules or util.find_spec("unsloth") is not None:
-            return ""
-    raise Failure(f"Unsloth is not installed; install it with: {INSTALL}", NO_UNSLOTH)
-
-
-def _import_unsloth():
-    """Import Unsloth after the plugin, as users do, with its banners on stderr so that stdout carries only
-    our report. Raises Failure(NO_UNSLOTH) naming what is wrong and what to do."""
-    version = _installed_unsloth()
-    if "unsloth" in sys.modules:
-        return
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            import unsloth  # noqa: F401 - the plugin's hooks act on this import
-    except Exception as error:  # noqa: BLE001 - whatever breaks the import, the user gets one line
-        detail = " ".join(str(error).split())
-        raise Failure(
-            f"Unsloth {version} is installed but `import unsloth` fails: {type(error).__name__}: {detail}", NO_UNSLOTH
-        ) from None
-
-
-def _refuse_unsupported():
-    from ..activation import status
-    from ..registry import UNSUPPORTED as UNSUPPORTED_MODE
-
-    state = status()
-    if state.mode == UNSUPPORTED_MODE:
-        raise Failure(f"Unsloth {state.unsloth_version} is not supported: {state.reason}", UNSUPPORTED)
-
-
 def _status(args):
     from ..activation import status
 
-    _import_unsloth()
+    import_unsloth()
     print(status())
     return DONE
 
 
-def _finite(value):
-    """JSON without NaN / Infinity (not JSON), whatever a broken self-check measured."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _own_model(args):
     """--model DIR read before Unsloth's import (the cheap refusals come in a moment); --set needs --model."""
-    from .own_model import Refused, code_files, read
+    from .own_model import code_files, read
 
     if args.set and not args.model:
         raise Failure("--set is for the tiny copy of --model DIR; give --model too", USAGE)
     if args.trust_remote_code and not args.model:
         raise Failure("--trust-remote-code is for the code of --model DIR; give --model too", USAGE)
     if args.model:
-        try:
-            config = read(args.model)
-        except Refused as refused:
-            raise Failure(str(refused), USAGE) from None
+        config = read(args.model)
         if not args.trust_remote_code:  # asked before anything of DIR is imported, as transformers and vLLM ask
             files = ", ".join(sorted(code_files(config)))
             raise Failure(
@@ -341,21 +257,18 @@ def _own_model(args):
 
 def _doctor(args):
     from . import doctor
-    from .own_model import Refused
 
     try:
         _own_model(args)
-        _import_unsloth()
+        import_unsloth()
         with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
             report = doctor.examine(model=args.model, settings=args.set)
-    except Failure as failure:
+    except Failure as failure:  # (own_model.Refused too: a --model DIR the self-check cannot run on)
         report = doctor.unusable(str(failure), failure.code)
-    except Refused as refused:  # --model DIR: a checkpoint the self-check cannot run on
-        report = doctor.unusable(str(refused), USAGE)
     except Exception as error:  # noqa: BLE001 - a health check reports what broke
         report = doctor.unusable(f"doctor failed: {type(error).__name__}: {error}", FAILED)
     if args.json:
-        print(json.dumps(_finite(report), indent=1))
+        print_json(report)
     if "error" in report:
         print(f"{PROG} doctor: {report['error']}", file=sys.stderr)
     elif not args.json:
@@ -364,18 +277,15 @@ def _doctor(args):
 
 
 def _reproduce(args):
-    from .own_model import Refused, prepare
+    from .own_model import prepare
 
     _own_model(args)
-    _import_unsloth()
-    _refuse_unsupported()
+    import_unsloth()
+    refuse_unsupported()
     from . import reproduce  # imports torch: after Unsloth, as users do
 
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
-        try:
-            model = prepare(args.model, args.set) if args.model else None
-        except Refused as refused:
-            raise Failure(str(refused), USAGE) from None
+        model = prepare(args.model, args.set) if args.model else None
         columns = reproduce.table(args.seed, model)
     print(reproduce.render(columns, model))
     return DONE if reproduce.succeeded(columns) else FAILED
@@ -389,132 +299,68 @@ def _bench(args):
             f"{PROG} bench: --quick sets the model, blocks and steps itself; leave out --models, --blocks and --steps",
             USAGE,
         )
-    preset = bench.QUICK if args.quick else dict(models=("tiny", "larger"), blocks=3, steps=3)
-    models, blocks, steps = (
-        args.models or preset["models"],
-        args.blocks or preset["blocks"],
-        args.steps or preset["steps"],
-    )
+    preset = bench.QUICK if args.quick else bench.Plan()
     plot = args.plot
     if plot is None and not args.quick:
         try:
             plot = _writable("bench.png")
         except argparse.ArgumentTypeError as error:
             raise Failure(f"{PROG} bench: --plot: {error} (give --plot PATH, or --plot '' for none)", USAGE) from None
-    _installed_unsloth()  # before the first progress line: a missing Unsloth is all the user should read
-    with bench.Progress(lambda line: print(line, file=sys.stderr, flush=True)) as progress:
+    installed_unsloth()  # before the first progress line: a missing Unsloth is all the user should read
+    plan = dataclasses.replace(
+        preset,
+        models=tuple(args.models or preset.models),
+        blocks=args.blocks or preset.blocks,
+        steps=args.steps or preset.steps,
+        plot=plot or None,
+        ddp=not args.no_ddp,
+        memory_only=args.memory_only,
+    )
+    with Progress("bench") as progress:
         progress.say("importing Unsloth (about 10 s)")
-        _import_unsloth()
-        _refuse_unsupported()
+        import_unsloth()
+        refuse_unsupported()
         with contextlib.redirect_stdout(io.StringIO()):  # the Trainer's banners, once per run: not progress
-            found = bench.run(
-                blocks,
-                steps,
-                models,
-                plot or None,
-                not args.no_ddp,
-                log=progress.say,
-                memory_only=args.memory_only,
-                quick=args.quick,
-            )
+            found = bench.run(plan, log=progress.say)
         progress.say("done")
     if not args.memory_only:
         print(bench.render(found))
     if args.json:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(_finite(found), f, indent=1)
-        except OSError as error:
-            raise Failure(f"{PROG} bench: cannot write {args.json!r}: {error.strerror}", UNWRITABLE) from None
+        write_json(found, args.json)
     return DONE
-
-
-def _impact_settings(args):
-    """(settings, data, tokenizer, split): the config's keys, then the options, then the trainer's defaults."""
-    from .impact import Settings, Unusable, read_config
-
-    try:
-        config = read_config(args.config) if args.config else {}
-    except Unusable as error:
-        raise Failure(str(error), USAGE) from None
-    fields = set(Settings.__dataclass_fields__)
-    chosen = {k: v for k, v in config.items() if k in fields}
-    options = {
-        "per_device_train_batch_size": args.per_device_train_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "world_size": args.world_size,
-        "diffusion_eps": args.diffusion_eps,
-        "seed": args.seed,
-    }
-    chosen.update({k: v for k, v in options.items() if v is not None})
-    if "max_length" in vars(args):
-        chosen["max_length"] = args.max_length
-    if chosen.get("diffusion_eps") is None:
-        chosen.pop("diffusion_eps", None)  # the YAML's null: the profile's default
-    data = args.data or config.get("dataset_name")
-    tokenizer = args.tokenizer or config.get("tokenizer_name_or_path") or config.get("model_name_or_path")
-    if not data:
-        raise Failure("give --data FILE (or a --config with dataset_name)", USAGE)
-    if not tokenizer:
-        raise Failure("give --tokenizer DIR (or a --config with model_name_or_path)", USAGE)
-    try:
-        settings = Settings(**chosen).check()
-    except (TypeError, Unusable) as error:
-        raise Failure(f"{args.config}: {error}" if args.config else str(error), USAGE) from None
-    return settings, data, tokenizer, args.split or config.get("dataset_train_split") or "train"
 
 
 def _impact(args):
     from . import impact
-    from .bench import Progress, can_plot
 
-    settings, data, tokenizer, split = _impact_settings(args)
+    settings, data, tokenizer, split = impact.from_command_line(args)
     if args.plot and not can_plot():
-        raise Failure("--plot needs matplotlib: pip install 'unsloth-diffusion-norm[bench]'", USAGE)
-
-    class Said(Progress):
-        """bench's progress lines, from the moment the run has lasted a few seconds (a quick refusal stays
-        one line)."""
-
-        def _emit(self, text):
-            now = time.monotonic()
-            if now - self.started >= 5.0:
-                self.last = now
-                self.write(f"impact [{now - self.started:4.0f} s] {text}")
-
-    with Said(lambda line: print(line, file=sys.stderr, flush=True), every=5.0) as progress:
-        try:
-            found = impact.run(
-                data,
-                tokenizer,
-                settings,
-                draws=args.draws or impact.DRAWS,
-                global_rng=not args.per_sample_noise,
-                split=split,
-                log=progress.say,
-                device=args.device,
-            )
-        except impact.Unusable as error:
-            raise Failure(str(error), USAGE) from None
+        raise Failure(f"--plot: {NO_PLOT}", USAGE)
+    # from the moment the run has lasted a few seconds: a quick refusal stays one line
+    with Progress("impact", every=5.0, quiet_for=5.0) as progress:
+        found = impact.run(
+            data,
+            tokenizer,
+            settings,
+            draws=args.draws or impact.DRAWS,
+            global_rng=not args.per_sample_noise,
+            split=split,
+            log=progress.say,
+            device=args.device,
+        )
         progress.say("done")
     if args.json is True:
-        print(json.dumps(_finite(impact.as_json(found)), indent=1))
+        print_json(impact.as_json(found))
     else:
         print(impact.render(found))
-    for path, write in ((args.json, _write_json), (args.plot, impact.plot)):
-        if path and path is not True:
-            try:
-                write(found, path)
-            except OSError as error:
-                raise Failure(f"cannot write {path!r}: {error.strerror}", UNWRITABLE) from None
+    if args.json and args.json is not True:
+        write_json(impact.as_json(found), args.json)
+    if args.plot:
+        try:
+            impact.plot(found, args.plot)
+        except OSError as error:
+            raise Failure(f"cannot write {args.plot!r}: {error.strerror}", UNWRITABLE) from None
     return DONE
-
-
-def _write_json(found, path):
-    from .impact import as_json
-
-    with open(path, "w") as f:
-        json.dump(_finite(as_json(found)), f, indent=1)
 
 
 COMMANDS = {"status": _status, "doctor": _doctor, "reproduce": _reproduce, "bench": _bench, "impact": _impact}
@@ -527,21 +373,21 @@ def main(argv=None):
     except Failure as failure:
         print(failure, file=sys.stderr)
         if argv[:1] == ["doctor"] and "--json" in argv:  # its JSON comes whatever happens
-            print(json.dumps({"exit": failure.code, "error": str(failure)}, indent=1))
+            print_json({"exit": failure.code, "error": str(failure)})
         return failure.code
     _quiet_imports()
     try:
-        with _scratch_space():
+        with scratch_space():
             return COMMANDS[args.command](args)
     except Failure as failure:
         line = str(failure)
         print(line if line.startswith(PROG) else f"{PROG} {args.command}: {line}", file=sys.stderr)
         return failure.code
     except KeyboardInterrupt:
-        from .processes import deferred_interrupts, left_running
+        from ..proof.processes import deferred_interrupts, left_running
 
         with deferred_interrupts():  # said only when true
-            running, files = left_running(), [root for root in _SCRATCH if os.path.exists(root)]
+            running, files = left_running(), [root for root in SCRATCH if os.path.exists(root)]
             if running or files:
                 print(
                     f"{PROG} {args.command}: interrupted; still running: processes {running or 'none'}; left "

@@ -35,36 +35,51 @@ class Verdict:
         }
 
 
-def judge(
-    run,
-    record,
-    eps=EPS,
-    inverse_t=True,
-    learning_rate=LEARNING_RATE,
-    ranks=None,
-    rank_local=False,
-    max_grad_norm=0.0,
-    precision="fp32",
-    eos_id=EOS_ID,
-    mask_id=MASK_ID,
-    shift=False,
-    normalization=oracle.WINDOW,
-):
-    """`ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
+@dataclass(frozen=True)
+class OracleSettings:
+    """How the oracle computes the window a run is held to; the defaults are the tiny model's plain runs."""
+
+    # The objective: the noise floor `eps` of the masking schedule, whether the loss divides by p_mask
+    # (`inverse_t`), the model's own `eos_id` and `mask_id` (another checkpoint than the tiny model's, see
+    # own_model), and `shift`, `normalization`: the objective of the model's family (oracle.OBJECTIVES),
+    # when not NVIDIA's.
+    eps: float = EPS
+    inverse_t: bool = True
+    eos_id: int = EOS_ID
+    mask_id: int = MASK_ID
+    shift: bool = False
+    normalization: str = oracle.WINDOW
+    # The optimizer step: plain SGD at `learning_rate`; `max_grad_norm`: the run clips, so the reference
+    # gradient is clipped the way torch clips.
+    learning_rate: float = LEARNING_RATE
+    max_grad_norm: float = 0.0
+    # Which of the oracle's tolerances applies (the run's compute precision).
+    precision: str = "fp32"
+
+
+def judge(run, record, settings=None, ranks=None, rank_local=False):
+    """`settings`: the OracleSettings the run is judged by (None: the defaults).
+    `ranks`: every data-parallel rank's (batches, rng_state) for this window; None = this process alone.
     `rank_local`: the reference for average_tokens_across_devices=False (mean of per-rank window losses).
-    `max_grad_norm`: the run clips, so the reference gradient is clipped the way torch clips.
-    `precision`: which of the oracle's tolerances applies (the run's compute precision).
-    `eos_id`, `mask_id`: the model's own (another checkpoint than the tiny model's, see own_model).
-    `shift`, `normalization`: the objective of the model's family (oracle.OBJECTIVES), when not NVIDIA's.
     A window that logged no loss of its own (logging_steps > 1) is judged on gradients and parameters."""
+    settings = settings or OracleSettings()
+    precision = settings.precision
     model = run.reference_model
     model.load_state_dict(record.state_before)
     ranks = ranks or [(record.batches, record.rng_state)]
-    masks = [oracle.replay_noise(batches, state, eps, eos_id) for batches, state in ranks]
+    masks = [oracle.replay_noise(batches, state, settings.eps, settings.eos_id) for batches, state in ranks]
     reference = oracle.data_parallel_reference(
-        model, masks, mask_id, inverse_t, rank_local, shift=shift, normalization=normalization
+        model,
+        masks,
+        settings.mask_id,
+        settings.inverse_t,
+        rank_local,
+        shift=settings.shift,
+        normalization=settings.normalization,
     )
-    grads = oracle.clip_gradients(reference.grads, max_grad_norm) if max_grad_norm else reference.grads
+    grads = (
+        oracle.clip_gradients(reference.grads, settings.max_grad_norm) if settings.max_grad_norm else reference.grads
+    )
     before = dict(model.named_parameters())
     ratios, grad_error, param_error = [], 0.0, 0.0
     for name, ref in grads.items():
@@ -72,7 +87,7 @@ def judge(
         error = oracle.max_error(got, ref)
         grad_error = max(grad_error, error)
         ratios.append(error / oracle.tolerance(ref, precision))
-        expected = before[name].detach() - learning_rate * ref
+        expected = before[name].detach() - settings.learning_rate * ref
         error = oracle.max_error(record.params_after[name], expected)
         param_error = max(param_error, error)
         ratios.append(error / oracle.tolerance(expected, precision))

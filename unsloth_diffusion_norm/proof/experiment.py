@@ -11,7 +11,7 @@ import contextlib
 import copy
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -49,6 +49,40 @@ class Run:
     # A separately loaded copy of the model for the oracle: the trained model carries instance-level
     # forwards installed by the training stack, which a deepcopy would keep bound to the live model.
     reference_model: torch.nn.Module = None
+
+
+@dataclass(frozen=True)
+class Setup:
+    """An experiment's settings, as `build` takes them (`Setup.of`: from the keywords `train` takes)."""
+
+    # The run's shape: micro-batches per optimizer step, rows per micro-batch, the Trainer's seed.
+    gradient_accumulation_steps: int = 2
+    batch_size: int = 1
+    seed: int = 0
+    # The model: a LoRA layout (fixtures.load_model), another model directory (`checkpoint`), and where it
+    # trains ("cuda" for the cuda test tier).
+    lora: str = None
+    checkpoint: str = None
+    device: str = "cpu"
+    # The data besides the training examples: examples to evaluate on; `streaming`: the training data as a
+    # length-less IterableDataset (then give max_steps).
+    eval_examples: list = None
+    streaming: bool = False
+    # What the DiffusionTrainer is given besides its arguments (None: its own).
+    diffusion_profile: object = None
+    compute_loss_func: object = None
+    # DiffusionConfig's own settings, overriding build's (e.g. save_strategy / save_steps / output_dir for a
+    # resume, max_steps, bf16).
+    config: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **settings):
+        """The Setup of keywords: each field by its name, every other keyword a DiffusionConfig setting."""
+        own = {f.name for f in fields(cls)} - {"config"}
+        return cls(
+            **{k: v for k, v in settings.items() if k in own},
+            config={k: v for k, v in settings.items() if k not in own},
+        )
 
 
 def whole(tensor):
@@ -91,12 +125,17 @@ def _recorder(run, gathered):
 def train(examples, before_train=None, resume_from_checkpoint=None, **settings):
     """One run of Trainer.train() (one epoch unless `settings` say otherwise) with plain SGD over
     `examples`, in order; returns the Run. `before_train(trainer)` may attach more instruments; the
-    other settings go to `build`."""
-    run = build(examples, **settings)
+    other settings go to `build` (`record`, `gathered`, `record_with` as they are, the rest as a Setup)."""
+    run = _build(examples, **settings)
     if before_train is not None:
         before_train(run.trainer)
     run.trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return run
+
+
+def _build(examples, record=True, gathered=contextlib.nullcontext, record_with=None, **settings):
+    """`build` from keywords: the recording ones as they are, every other one into `Setup.of`."""
+    return build(examples, Setup.of(**settings), record=record, gathered=gathered, record_with=record_with)
 
 
 def _own_precision(settings):
@@ -107,43 +146,47 @@ def _own_precision(settings):
         os.environ["ACCELERATE_MIXED_PRECISION"] = "no"
 
 
-def build(
-    examples,
-    gradient_accumulation_steps=2,
-    batch_size=1,
-    seed=0,
-    lora=None,
-    eval_examples=None,
-    diffusion_profile=None,
-    checkpoint=None,
-    record=True,
-    streaming=False,
-    compute_loss_func=None,
-    gathered=contextlib.nullcontext,
-    record_with=None,
-    device="cpu",
-    **config,
-):
+def build(examples, setup=None, record=True, gathered=contextlib.nullcontext, record_with=None):
     """A DiffusionTrainer over `examples` (kept in the order given), ready to train, with its recording
-    instruments attached; returns the Run. `config` goes to DiffusionConfig and overrides the settings
-    below (e.g. save_strategy / save_steps / output_dir for a resume, max_steps, bf16). `checkpoint`:
-    another model directory; `record=False`: no recording and no oracle copy (benchmarks);
-    `streaming`: the data as a length-less IterableDataset (then give max_steps). `gathered(model)`: a
-    context in which the model's parameters are whole (DeepSpeed ZeRO-3 partitions them);
-    `record_with(trainer, run)`: recording an engine needs besides the callbacks (DeepSpeed's gradients
-    live inside its step). `device`: where the model trains ("cuda" for the cuda test tier)."""
-    from datasets import Dataset
-    from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
+    instruments attached; returns the Run. `setup`: the experiment's Setup (None: the defaults);
+    `record=False`: no recording and no oracle copy (benchmarks). `gathered(model)`: a context in which
+    the model's parameters are whole (DeepSpeed ZeRO-3 partitions them); `record_with(trainer, run)`:
+    recording an engine needs besides the callbacks (DeepSpeed's gradients live inside its step)."""
+    setup = setup or Setup()
+    model, tokenizer, reference_model = _models(setup, record)
+    trainer = _trainer(examples, setup, model, tokenizer)
+    if not record:
+        return Run(trainer=trainer)
+    run = Run(trainer=trainer, reference_model=reference_model)
+    _record_fetched_windows(trainer, run)
+    trainer.add_callback(_recorder(run, gathered))
+    if record_with is not None:
+        record_with(trainer, run)
+    return run
 
+
+def _models(setup, record):
+    """(model, tokenizer, the oracle's copy of the model or None without recording)."""
     with loaded_first():
-        model, tokenizer = load_model(lora=lora, checkpoint=checkpoint, device=device)
+        model, tokenizer = load_model(lora=setup.lora, checkpoint=setup.checkpoint, device=setup.device)
         # The oracle's copy, loaded apart: the trained model gets instance-level forwards from the stack.
-        reference_model = load_model(lora=lora, checkpoint=checkpoint, device=device)[0] if record else None
+        reference_model = (
+            load_model(lora=setup.lora, checkpoint=setup.checkpoint, device=setup.device)[0] if record else None
+        )
+    return model, tokenizer, reference_model
+
+
+def _arguments(setup):
+    """The DiffusionConfig of a run: plain SGD at a constant learning rate, no clipping, fp32, logging every
+    step, saving nothing; `setup.config` overrides any of it."""
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    config = setup.config
     settings = dict(
         output_dir=config.get("output_dir") or tempfile.mkdtemp(prefix="udn-run-"),  # made only if config names none
-        per_device_train_batch_size=batch_size,
-        per_device_eval_batch_size=batch_size,
-        gradient_accumulation_steps=gradient_accumulation_steps,
+        per_device_train_batch_size=setup.batch_size,
+        per_device_eval_batch_size=setup.batch_size,
+        gradient_accumulation_steps=setup.gradient_accumulation_steps,
         num_train_epochs=1,
         learning_rate=LEARNING_RATE,
         optim="sgd",
@@ -151,7 +194,7 @@ def build(
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=0.0,
-        seed=seed,
+        seed=setup.seed,
         bf16=False,
         fp16=False,
         max_length=None,
@@ -159,30 +202,42 @@ def build(
         save_strategy="no",
         report_to=[],
         disable_tqdm=True,
-        use_cpu=torch.device(device).type == "cpu",
+        use_cpu=torch.device(setup.device).type == "cpu",
         completion_only_loss=True,
     )
     settings = {**settings, **config}
     _own_precision(settings)
-    args = DiffusionConfig(**settings)
+    return DiffusionConfig(**settings)
+
+
+def _trainer(examples, setup, model, tokenizer):
+    """The DiffusionTrainer of a run, reading `examples` in the order given."""
+    from datasets import Dataset
+    from unsloth.models.diffusion_trainer import DiffusionTrainer
+
+    args = _arguments(setup)
     train_dataset = Dataset.from_list([e.row() for e in examples])
-    if streaming:
+    if setup.streaming:
         train_dataset = train_dataset.to_iterable_dataset()  # read in order, no length
-    extra = {} if compute_loss_func is None else {"compute_loss_func": compute_loss_func}
+    extra = {} if setup.compute_loss_func is None else {"compute_loss_func": setup.compute_loss_func}
+    eval_examples = setup.eval_examples
     trainer = DiffusionTrainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
         eval_dataset=None if eval_examples is None else Dataset.from_list([e.row() for e in eval_examples]),
         processing_class=tokenizer,
-        diffusion_profile=diffusion_profile,
+        diffusion_profile=setup.diffusion_profile,
         **extra,
     )
     # Keep the data in the order given, so a case can place each micro-batch where it wants it.
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
-    if not record:
-        return Run(trainer=trainer)
-    run = Run(trainer=trainer, reference_model=reference_model)
+    return trainer
+
+
+def _record_fetched_windows(trainer, run):
+    """A window record per fetched window (its clean batches), through a pass-through view of
+    `get_batch_samples`; where the release draws the noise while fetching, the RNG state it starts from."""
     fetch = trainer.get_batch_samples
     drawn_while_fetching = []  # RNG state before a natively fixed release's first prepare_batch
 
@@ -209,10 +264,6 @@ def build(
             return prepare(*pos, **kw)
 
         object.__setattr__(trainer.diffusion_profile, "prepare_batch", prepare_batch)
-    trainer.add_callback(_recorder(run, gathered))
-    if record_with is not None:
-        record_with(trainer, run)
-    return run
 
 
 def evaluate(trainer, seed=1234):
