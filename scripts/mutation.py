@@ -302,6 +302,10 @@ SHAPE_SPECIFIC = {
     "unsloth_diffusion_norm.patches.trainer_patches",
     "unsloth_diffusion_norm.patches._per_sample_noise",
     "unsloth_diffusion_norm.patches._draw_at_first_step",
+    "unsloth_diffusion_norm.patches._keyed_prepare_batch",
+    "unsloth_diffusion_norm.patches._tagged_batch_samples",
+    "unsloth_diffusion_norm.patches._fetch_undrawn",
+    "unsloth_diffusion_norm.patches._loss_drawn_at_first_step",
     "unsloth_diffusion_norm.loss.dense_cross_entropy",
     "unsloth_diffusion_norm.config.native_normalization",
 }

@@ -118,3 +118,9 @@ def test_the_console_script_lives_in_the_tools_room():
 
     scripts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]["scripts"]
     assert room(scripts["unsloth-diffusion-norm"].split(":")[0]) == "tools"
+
+
+def test_no_module_is_over_500_lines():
+    """A module that grows past this is two ideas: split it at its seam (as impact/ and wrappers.py were)."""
+    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+    assert {name: lines for name, lines in sizes.items() if lines > 500} == {}
