@@ -140,11 +140,11 @@ def test_unpatch_gives_a_trainer_built_before_it_back_to_the_release(plugin, tmp
     kept = vars(trainer)[registry.PER_TRAINER]
     assert trainer in registry.STATE.trainers and kept.noise == config.PER_SAMPLE
     assert kept.order in trainer.callback_handler.callbacks
-    own = [(patch.owner, patch.attribute, patch.installed) for patch in kept.patches]  # none on 2026.10.4-.6
+    own = [(patch.owner, patch.attribute, patch.saved) for patch in kept.patches]  # none on 2026.10.4-.6
     unsloth_diffusion_norm.unpatch()
     assert registry.PER_TRAINER not in vars(trainer) and trainer not in registry.STATE.trainers
     assert not any(isinstance(c, per_sample.DataOrder) for c in trainer.callback_handler.callbacks)
-    assert all(vars(owner).get(attribute) is not installed for owner, attribute, installed in own)
+    assert all(vars(owner).get(attribute, registry.MISSING) is saved for owner, attribute, saved in own)  # exactly
     assert "get_batch_samples" not in vars(trainer) and unsloth_diffusion_norm.status().patches == ()
     unsloth_diffusion_norm.apply()
     assert registry.PER_TRAINER not in vars(trainer)
