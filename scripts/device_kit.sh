@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device kit: the wheels the cuda tier and the GPU bench need on the GPU machine and that its image lacks,
-# downloaded here into .whl/ (ignored by git; the device tool carries it: carry [".whl"]). That machine runs
+# downloaded here into .whl/ (ignored by git; copy it over with the checkout). That machine runs
 # Python 3.12 on x86-64 with no network; its image already holds torch 2.11+cu130, transformers 5.17, accelerate,
 # peft, wrapt, pytest, pyarrow, pandas, xxhash, triton (scripts/gpu_image_packages.txt). docs/gpu.md.
 #

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU verdict in one command, run on the GPU machine the device tool lends (Python 3.12, torch with CUDA,
-# no network) from a checkout whose .whl/ holds the device kit (scripts/device_kit.sh, run here first):
+# The GPU verdict in one command, run on a CUDA machine without network (Python 3.12, torch with CUDA) from a
+# checkout whose .whl/ holds the device kit (scripts/device_kit.sh, run first where there is network, then the
+# checkout copied over with its .whl/):
 #
-#   device tool: run  command "scripts/gpu_check.sh"  carry [".whl"]  timeout_s 540
+#   OUT=<a folder> scripts/gpu_check.sh      (about 9 minutes at the most)
 #
 # 1. installs .whl/common and one release's wheels into a target per release (/tmp/udn-site/<release>);
 # 2. prints the stack it got: the GPU, torch, CUDA and every package the tier uses, with where it came from;

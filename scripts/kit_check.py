@@ -26,7 +26,7 @@ import importlib.abc, importlib.machinery as machinery, importlib.metadata as me
 TARGET, LISTED = sys.argv[1], sys.argv[2]
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
 image = {norm(line.strip()) for line in open(LISTED) if line.strip() and not line.startswith("#")}
-image.add("unsloth-diffusion-norm")  # this checkout, as the device tool copies it
+image.add("unsloth-diffusion-norm")  # this checkout, copied over with the kit
 hidden = {top for top, dists in metadata.packages_distributions().items() if not any(norm(d) in image for d in dists)}
 seen = set()
 
