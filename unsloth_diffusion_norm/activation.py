@@ -266,7 +266,9 @@ DEFAULTS = {
         "diffusion_loss_normalization=None: each profile's own (Nemotron: window); diffusion_noise=None: "
         "'global', the release's own draws made at the window's first training step (resume-exact), or "
         "'per_sample' where the model config sets dp_varying_mask_ratio=True; opt-ins per run: 'microbatch', "
-        "'window' for Dream / LLaDA, diffusion_noise='per_sample'"
+        "'window' for Dream / LLaDA, diffusion_noise='per_sample'; diffusion_eval_noise=None: the release's own "
+        "evaluation draws from the global RNG (an evaluation moves the training draws after it), or 'fixed' (keyed, "
+        "with diffusion_eval_draws=K draws per example)"
     ),
     registry.DISABLED: (
         "the release's own training path; the DiffusionConfig flags are accepted, and a trainer whose flag "
@@ -277,7 +279,9 @@ DEFAULTS = {
         "made at the window's first training step, so a resumed run is exact and an uninterrupted one is bitwise "
         "Unsloth's, or 'per_sample' where the model config sets dp_varying_mask_ratio=True; Unsloth's own "
         "draws (a resumed run differs): UNSLOTH_DIFFUSION_NORM=0; opt-ins per run: diffusion_noise='per_sample', "
-        "diffusion_loss_normalization='microbatch' or 'window'"
+        "diffusion_loss_normalization='microbatch' or 'window'; diffusion_eval_noise=None: Unsloth's own evaluation "
+        "draws from the global RNG (an evaluation moves the training draws after it), or 'fixed' (keyed, with "
+        "diffusion_eval_draws=K draws per example)"
     ),
 }
 

@@ -2,7 +2,8 @@
 
 Window normalization lives here and nowhere else: a micro-batch's loss is its weighted sum S_g
 divided by `denominator` = the realized masked tokens of the whole window (or of the micro-batch
-itself for evaluation and direct calls). Everything else - the forward, the fused or dense head,
+itself for evaluation and direct calls). `denominator=None` is the profile's own per-micro-batch
+normalization (its masked tokens, or LLaDA's answer lengths), for keyed evaluation draws. Everything else - the forward, the fused or dense head,
 the 1/p_mask weighting, the metrics - is the release's own arithmetic, op for op, so a GA=1 step is
 bitwise the release's.
 """
@@ -19,6 +20,11 @@ def check_weighting(profile, args):
             f"Unsloth: {profile.name} does not support diffusion_time_weighting={weighting!r}."
         )
     return weighting
+
+
+def _by_answer_length(profile, denominator):
+    # LLaDA's own: each example by its answer length, the mean over the batch (no count to divide by).
+    return denominator is None and profile.loss_normalization == "answer_length"
 
 
 def dense_cross_entropy(profile, model, noise, args, denominator, unsloth):
@@ -40,7 +46,12 @@ def dense_cross_entropy(profile, model, noise, args, denominator, unsloth):
     token_loss = F.cross_entropy(logits[masked].float(), input_ids[masked], reduction="none")
     if weighting == "inverse_t":
         token_loss = token_loss / p_mask[masked]
-    loss = token_loss.sum() / denominator
+    if _by_answer_length(profile, denominator):
+        batch, length = input_ids.shape
+        answer_length = noise.maskable.sum(dim=1, keepdim=True).clamp_min(1).expand(batch, length)
+        loss = (token_loss / answer_length[masked]).sum() / batch
+    else:
+        loss = token_loss.sum() / (masked.sum() if denominator is None else denominator)
     metrics = {
         "masked_fraction": (masked.sum() / noise.maskable.sum().clamp_min(1)).item(),
         "masked_ce": F.cross_entropy(logits[masked].float(), input_ids[masked]).item(),
@@ -67,6 +78,9 @@ def chunked_cross_entropy(profile, model, noise, args, denominator, unsloth):
     weights = masked.float()
     if weighting == "inverse_t":
         weights = weights / torch.where(masked, p_mask, 1.0)
+    by_answer_length = _by_answer_length(profile, denominator)
+    if by_answer_length:
+        weights = weights / (noise.maskable.sum(dim=1, keepdim=True).clamp_min(1) * input_ids.shape[0])
     weighted, ce_sum, count = unsloth.chunked_cross_entropy(
         hidden,
         targets,
@@ -75,7 +89,10 @@ def chunked_cross_entropy(profile, model, noise, args, denominator, unsloth):
         bias=None if head is None else head.bias,
         compiled=unsloth.compile_loss(args, device),
     )
-    loss = weighted / torch.as_tensor(denominator, device=device).clamp_min(1)
+    if by_answer_length:
+        loss = weighted
+    else:
+        loss = weighted / torch.as_tensor(count if denominator is None else denominator, device=device).clamp_min(1)
     metrics = {
         "masked_fraction": (count / noise.maskable.sum().clamp_min(1)).detach(),
         "masked_ce": (ce_sum / count.clamp_min(1)).detach(),

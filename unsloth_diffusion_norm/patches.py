@@ -16,16 +16,19 @@ trl.SFTTrainer: Unsloth re-creates those methods from source text and would drop
 """
 
 import dataclasses
+import types
+import typing
 
 import wrapt
 
-from . import config, detect, loss, noise, per_sample, registry
+from . import config, detect, evaluation, loss, noise, per_sample, registry
 from .registry import Patch, logger
 from .window import SLOT, Window, data_parallel_rule, fetch
 from .wrappers import (  # noqa: F401 - Release: every patch set is built from one (patches.Release)
     Release,
     batch_samples_arguments,
     loss_arguments,
+    prediction_arguments,
     prepare_arguments,
     replaced,
     wrap,
@@ -37,8 +40,19 @@ LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_c
 
 @dataclasses.dataclass
 class _ConfigFields:
-    diffusion_loss_normalization: str | None = dataclasses.field(default=None, metadata={"help": config.HELP})
-    diffusion_noise: str | None = dataclasses.field(default=None, metadata={"help": config.NOISE_HELP})
+    # Annotations are the parsers' converters (config.argument_type; a function: typing.Optional, not `| None`).
+    diffusion_loss_normalization: typing.Optional[config.argument_type(config.FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": config.HELP}
+    )
+    diffusion_noise: typing.Optional[config.argument_type(config.NOISE_FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": config.NOISE_HELP}
+    )
+    diffusion_eval_noise: typing.Optional[config.argument_type(config.EVAL_NOISE_FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": config.EVAL_NOISE_HELP}
+    )
+    diffusion_eval_draws: config.argument_type(config.EVAL_DRAWS_FIELD) = dataclasses.field(
+        default=1, metadata={"help": config.EVAL_DRAWS_HELP}
+    )
 
 
 def noise_of(trainer):
@@ -98,6 +112,8 @@ def uses_window(trainer):
 
 def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
     model, inputs, args, num_items_in_batch = loss_arguments(*pos, **kwargs)
+    if evaluation.KEYS in inputs:  # diffusion_eval_noise="fixed": the release's evaluation loss, keyed draws
+        return evaluation.patched_loss(release, profile, model, inputs, args, LOSSES[release.shape])
     if config.effective(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
         return wrapped(*pos, **kwargs)
     loss.check_weighting(profile, args)
@@ -215,6 +231,7 @@ def patched_release(release):
             wrap(_patched_trainer_init, release),
             "rejects flags this trainer cannot honour, at construction; sets up per-sample noise",
         ),
+        *evaluation.trainer_patches(release, trainer_class, lambda function: wrap(function, release)),
         *config_patches(release),
     ]
 
@@ -225,6 +242,7 @@ def patched_release(release):
 @wrapt.decorator
 def _config_init(wrapped, instance, pos, kwargs):
     values = {field: config.validate(kwargs.pop(field, None), field) for field in config.FIELDS}
+    config.check_together(types.SimpleNamespace(**values))
     wrapped(*pos, **kwargs)
     for field, value in values.items():
         setattr(instance, field, value)
@@ -258,8 +276,8 @@ def config_patches(release):
                 f"DiffusionConfig.{field} (default)",
                 DiffusionConfig,
                 field,
-                lambda current: None,
-                "None = the release's / profile's default",
+                lambda current, field=field: config.default(field),
+                "the default leaves the release's / profile's own behaviour",
             ),
         ]
     patches.append(
@@ -278,7 +296,8 @@ def _check_flags(trainer, MaskedDiffusionProfile):
     """Both flags valid, and nothing asked of a profile that is not masked diffusion."""
     args, profile = trainer.args, trainer.diffusion_profile
     for field in config.FIELDS:
-        config.validate(getattr(args, field, None), field)
+        config.validate(getattr(args, field, config.default(field)), field)
+    config.check_together(args)
     if isinstance(profile, MaskedDiffusionProfile):
         return
     if config.effective(profile, args) == config.WINDOW:
@@ -287,11 +306,12 @@ def _check_flags(trainer, MaskedDiffusionProfile):
             f"masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
             f"Use None or 'microbatch'."
         )
-    if getattr(args, config.NOISE_FIELD, None) is not None:
-        raise ValueError(
-            f"unsloth_diffusion_norm: {config.NOISE_FIELD}={getattr(args, config.NOISE_FIELD)!r} is implemented for the "
-            f"masked-diffusion profiles, not for {profile.name!r}. Leave it at None."
-        )
+    for field, value in config.asked(args).items():
+        if field != config.FIELD:
+            raise ValueError(
+                f"unsloth_diffusion_norm: {field}={value!r} is implemented for the masked-diffusion profiles, "
+                f"not for {profile.name!r}. Leave it at its default ({config.default(field)!r})."
+            )
 
 
 # --- a disabled plugin ---------------------------------------------------------------------------------
@@ -299,8 +319,7 @@ def _check_flags(trainer, MaskedDiffusionProfile):
 
 def _refuse_flags(release, wrapped, trainer, pos, kwargs):
     wrapped(*pos, **kwargs)
-    asked = {field: getattr(trainer.args, field, None) for field in config.FIELDS}
-    asked = ", ".join(f"{field}={value!r}" for field, value in asked.items() if value is not None)
+    asked = ", ".join(f"{field}={value!r}" for field, value in config.asked(trainer.args).items())
     if asked:
         raise ValueError(
             f"unsloth_diffusion_norm: the plugin is turned off ({release.disabled_by}), so {asked} cannot be honoured. "
@@ -363,7 +382,10 @@ def trainer_patches(release, trainer, noise_mode):
     args = trainer.args
     wanted = config.native_normalization(trainer.diffusion_profile, args)
     deferred = noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS
-    if getattr(args, config.FIELD, None) is None and not deferred and noise_mode != config.PER_SAMPLE:
+    keyed_evaluation = config.eval_noise(args) == config.FIXED
+    if getattr(args, config.FIELD, None) is None and not (
+        deferred or keyed_evaluation or noise_mode == config.PER_SAMPLE
+    ):
         return []
     profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=wanted)
     patches = [
@@ -387,6 +409,8 @@ def trainer_patches(release, trainer, noise_mode):
         patches += _draw_at_first_step(trainer, profile)
     if noise_mode == config.PER_SAMPLE:
         patches += _per_sample_noise(release, trainer, profile)
+    if keyed_evaluation:
+        patches += evaluation.native_patches(release, trainer, profile)
     return patches
 
 

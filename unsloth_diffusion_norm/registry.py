@@ -88,6 +88,7 @@ class PerTrainer:
         self.noise = None  # the run's noise, 'global' or 'per_sample', settled once at construction
         self.patches = []  # the trainer's own patches (native releases), listed by status() while it lives
         self.order = None  # per-sample noise: the DataOrder callback registered with the trainer
+        self.eval_order = None  # diffusion_eval_noise="fixed": the running evaluation's EvalOrder
 
 
 def per_trainer(trainer):

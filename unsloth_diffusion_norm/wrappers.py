@@ -56,6 +56,10 @@ def loss_arguments(model, inputs, args, num_items_in_batch=None, *_, **__):
     return model, inputs, args, num_items_in_batch
 
 
+def prediction_arguments(model, inputs, *_, **__):
+    return model, inputs
+
+
 def prepare_arguments(model, inputs, args, *_, **__):
     return model, inputs, args
 

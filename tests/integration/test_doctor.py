@@ -42,10 +42,14 @@ def test_the_verdict_names_what_the_release_still_gets_wrong_and_what_the_plugin
             "uninterrupted one; and every data-parallel rank, seeded alike, draws the same noise levels; the plugin "
             "draws Unsloth's own noise at each window's first step by default, so a resumed run is exact (an "
             "uninterrupted one is bitwise Unsloth's), and diffusion_noise='per_sample' (or the model config's "
-            "dp_varying_mask_ratio=True) gives each example its own."
+            "dp_varying_mask_ratio=True) gives each example its own. On every release evaluation draws its noise "
+            "from the global RNG, so each evaluation moves every training draw after it (a seeded run trains another "
+            "model when eval_steps changes) and two evaluations of the same weights disagree; the plugin keeps those "
+            "draws by default, and diffusion_eval_noise='fixed' keys them (the same weights give the same eval loss, "
+            "and evaluating leaves training as it was)."
         )
     else:
-        assert "the plugin's fix is active" in verdict
+        assert "the plugin's fix is active" in verdict and "diffusion_eval_noise='fixed' keys them" in verdict
 
 
 @pytest.mark.fresh_interpreter
@@ -62,10 +66,11 @@ def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows
     if MODE == registry.NATIVE:  # Unsloth itself is right there, on the loss (the exit code says so)
         assert done.returncode == 0 and report["self_check"]["passed"]
         assert "a resumed run trains on other masks" in report["verdict"]
-        assert report["verdict"].endswith("the plugin is disabled, so nothing fixes either.")
+        assert "the plugin is disabled, so nothing fixes either." in report["verdict"]
     else:
         assert done.returncode == 1 and not report["self_check"]["passed"]
         assert report["self_check"]["worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
+    assert report["verdict"].endswith("the plugin is disabled, so nothing fixes that.")
 
 
 def test_unrecognised_internals_exit_2_without_a_self_check(capsys, drifted):

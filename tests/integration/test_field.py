@@ -3,6 +3,7 @@ epochs, resume, the off switch, a broken installation - each judged the way a us
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -87,17 +88,32 @@ def test_flags_parse_from_a_trl_yaml_config(plugin, tmp_path):
     assert (args.diffusion_loss_normalization, args.diffusion_noise) == ("window", "per_sample")
 
 
-def test_a_bad_value_gets_the_same_clear_error_from_every_parser(plugin, tmp_path):
+BAD_VALUES = {
+    "diffusion_loss_normalization": ("batch", "must be 'window' or 'microbatch' or None"),
+    "diffusion_noise": ("everywhere", "must be 'global' or 'per_sample' or None"),
+    "diffusion_eval_noise": ("random", "must be 'fixed' or None"),
+    "diffusion_eval_draws": ("0", "must be a whole number of draws, 1 or more"),
+}
+
+
+@pytest.mark.parametrize("field", list(BAD_VALUES))
+def test_a_bad_value_is_one_line_and_exit_2_from_a_command_line_or_yaml_and_a_valueerror_from_a_dict(
+    field, plugin, tmp_path, capsys
+):
     hf, trl = parsers()
-    expected = "diffusion_loss_normalization must be 'window' or 'microbatch' or None"
-    with pytest.raises(ValueError, match=expected):
-        hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--diffusion_loss_normalization", "batch", *CPU])
-    with pytest.raises(ValueError, match=expected):
-        hf.parse_dict({"output_dir": str(tmp_path), "diffusion_loss_normalization": "batch", "bf16": False})
+    value, expected = BAD_VALUES[field]
+    with pytest.raises(SystemExit) as exited:
+        hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), f"--{field}", value, *CPU])
+    assert exited.value.code == 2
+    said = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(said) == 1 and f"argument --{field}" in said[0] and expected in said[0]
     path = tmp_path / "config.yaml"
-    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\ndiffusion_noise: everywhere\nbf16: false\n")
-    with pytest.raises(ValueError, match="diffusion_noise must be 'global' or 'per_sample' or None"):
+    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\n{field}: '{value}'\nbf16: false\n")
+    with pytest.raises(SystemExit) as exited:
         trl.parse_args_and_config(["--config", str(path)])
+    assert exited.value.code == 2 and expected in capsys.readouterr().err
+    with pytest.raises(ValueError, match=re.escape(f"{field} {expected}")):
+        hf.parse_dict({"output_dir": str(tmp_path), field: int(value) if value.isdigit() else value, "bf16": False})
 
 
 # --- realistic configurations, judged by the oracle beside their per-micro-batch control ---------------
@@ -216,6 +232,12 @@ SWITCHED_OFF = """
             found["refused"] = None
         except ValueError as error:
             found["refused"] = str(error)
+        try:
+            experiment.build([fixtures.Example([10], [20, 21])], experiment.Setup.of(diffusion_eval_noise="fixed",
+                             diffusion_eval_draws=2), record=False)
+            found["eval refused"] = None
+        except ValueError as error:
+            found["eval refused"] = str(error)
     print(json.dumps(found))
 """
 
@@ -226,6 +248,7 @@ def test_switched_off_the_flags_still_parse_and_a_set_flag_is_refused_by_name(tm
     assert found["mode"] == registry.DISABLED and found["parsed"] == "per_sample"
     assert found["training path"] == (EXPECTED_MODE == registry.NATIVE)  # the release's own, not ours
     assert "UNSLOTH_DIFFUSION_NORM" in found["refused"] and "diffusion_noise='per_sample'" in found["refused"]
+    assert "diffusion_eval_noise='fixed', diffusion_eval_draws=2 cannot be honoured" in found["eval refused"]
     notices = [line for line in stderr.splitlines() if "disabled by UNSLOTH_DIFFUSION_NORM=0" in line]
     assert len(notices) == 1  # a warning people see, once
 

@@ -60,6 +60,7 @@ def test_the_core_never_imports_the_proof_or_the_tools(tmp_path):
 def test_the_oracle_never_imports_what_it_judges(tmp_path):
     loaded = _modules_after("import unsloth_diffusion_norm.proof.oracle", tmp_path)
     judged = {
-        f"unsloth_diffusion_norm.{name}" for name in ("patches", "wrappers", "loss", "noise", "window", "per_sample")
+        f"unsloth_diffusion_norm.{name}"
+        for name in ("patches", "wrappers", "loss", "noise", "window", "per_sample", "evaluation")
     }
     assert "unsloth_diffusion_norm.proof.oracle" in loaded and not judged & set(loaded)

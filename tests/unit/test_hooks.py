@@ -13,8 +13,11 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import activation, detect, registry
+from unsloth_diffusion_norm import activation, config, detect, registry
 from unsloth_diffusion_norm.activation import TRAINER_MODULE, _HookedLoader, _PostImportFinder
+
+# The flags-only set: DiffusionTrainer.__init__, three patches per flag, DiffusionConfig.__init__.
+FLAGS_ONLY_PATCHES = 1 + 3 * len(config.FIELDS) + 1
 
 
 def warnings_in(caplog):
@@ -190,7 +193,9 @@ def test_switched_off_the_trainer_hook_accepts_the_flags_and_refuses_a_set_one(s
     state.mode, state.reason, state.patches = registry.DISABLED, "UNSLOTH_DIFFUSION_NORM=0", []
     activation._on_trainer_module(module)
     assert state.unsloth_version == detect.unsloth_version()
-    assert [p.name for p in state.patches][0] == "DiffusionTrainer.__init__" and len(state.patches) == 8
+    assert [p.name for p in state.patches][0] == "DiffusionTrainer.__init__" and len(
+        state.patches
+    ) == FLAGS_ONLY_PATCHES
     module.DiffusionTrainer(args=module.DiffusionConfig())  # flags at their defaults: the release's own run
     module.DiffusionTrainer(args=SimpleNamespace())  # arguments of another kind carry no flag to refuse
     args = module.DiffusionConfig(diffusion_noise="per_sample")
@@ -337,7 +342,7 @@ def test_unpatched_gives_a_switched_off_plugin_its_flags_back(state, monkeypatch
     with unsloth_diffusion_norm.unpatched() as inside:
         assert inside.mode == registry.UNPATCHED and state.patches == []
     assert (state.mode, state.reason) == (registry.DISABLED, "UNSLOTH_DIFFUSION_NORM=0")
-    assert len(state.patches) == 8 and all(p.in_place() for p in state.patches)
+    assert len(state.patches) == FLAGS_ONLY_PATCHES and all(p.in_place() for p in state.patches)
 
 
 def test_unpatched_before_the_trainer_module_is_imported_leaves_it_to_the_hook(state, monkeypatch):

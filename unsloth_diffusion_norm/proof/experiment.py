@@ -267,9 +267,10 @@ def _record_fetched_windows(trainer, run):
 
 
 def evaluate(trainer, seed=1234):
-    """trainer.evaluate() from a fixed RNG state; returns (eval_loss, [(rng state, clean inputs)] of each
+    """trainer.evaluate() from a fixed RNG state (`seed`; None: from where the run's RNG is); returns (eval_loss, [(rng state, clean inputs)] of each
     evaluation step, seen through a pass-through view of prediction_step)."""
     seen = []
+    own = trainer.__dict__.get("prediction_step")  # a trainer's own patch (2026.10.7+), kept under the view
     predict = trainer.prediction_step
 
     def prediction_step(model, inputs, *pos, **kw):
@@ -278,10 +279,14 @@ def evaluate(trainer, seed=1234):
 
     trainer.prediction_step = prediction_step
     try:
-        torch.manual_seed(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
         loss = trainer.evaluate()["eval_loss"]
     finally:
-        del trainer.prediction_step
+        if own is None:
+            del trainer.prediction_step
+        else:
+            trainer.prediction_step = own
     return loss, seen
 
 

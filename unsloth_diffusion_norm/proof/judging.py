@@ -3,6 +3,8 @@ optimizer step, each within the oracle's tolerance - and the masks each window d
 
 from dataclasses import dataclass
 
+import torch
+
 from . import oracle
 from .fixtures import EOS_ID, EPS, LEARNING_RATE, MASK_ID
 
@@ -130,3 +132,37 @@ def masks_by_sample(windows):
 def noise_levels(batches, rng_state, eps=EPS):
     """p_mask of every row of every micro-batch of a window: the noise level each example got."""
     return [masks.p_mask[:, 0].tolist() for masks in realized(batches, rng_state, eps)]
+
+
+def keyed_evaluation(seen, seed, draws=1, world_size=1, rank=0, batch_size=1):
+    """The batches an evaluation with diffusion_eval_noise="fixed" drew from, as the oracle replays them: per
+    draw, each seen batch with its rows' generator seeds ("keys") - keyed by (seed, the row's position in the
+    eval set, the draw), the m-th batch of `rank` holding positions (m·W + rank)·B + j."""
+    from ..evaluation import eval_key
+
+    keyed = []
+    for m, (_, batch) in enumerate(seen):
+        first = (m * world_size + rank) * batch_size
+        rows = batch["input_ids"].shape[0]
+        keyed.append([{**batch, "keys": [eval_key(seed, first + j, k) for j in range(rows)]} for k in range(draws)])
+    return keyed
+
+
+def expected_fixed_evaluation_loss(model, keyed, settings=None):
+    """The oracle's loss of a keyed evaluation: each batch, each draw, by the family's own normalization of one
+    batch (Nemotron and Dream: its masked tokens; LLaDA: answer lengths); the mean over a batch's draws, then
+    over the batches (Trainer's mean over equally sized batches)."""
+    settings = settings or OracleSettings()
+    per_batch = []
+    for draws in keyed:
+        losses = []
+        for batch in draws:
+            # (every row keyed: the global generator's state is never read)
+            masks = oracle.replay_noise([batch], torch.get_rng_state(), settings.eps, settings.eos_id)
+            with torch.no_grad():
+                loss, _ = oracle.window_loss(
+                    model, masks, settings.mask_id, settings.inverse_t, settings.shift, settings.normalization
+                )
+            losses.append(loss.item())
+        per_batch.append(sum(losses) / len(losses))
+    return sum(per_batch) / len(per_batch)

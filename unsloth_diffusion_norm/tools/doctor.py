@@ -90,6 +90,22 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
     return report
 
 
+EVALUATION_GAP = (
+    "On every release evaluation draws its noise from the global RNG, so each evaluation moves every training "
+    "draw after it (a seeded run trains another model when eval_steps changes) and two evaluations of the same "
+    "weights disagree"
+)
+
+
+def _evaluation_words(mode):
+    if mode in (PATCHED, NATIVE):
+        return (
+            f"{EVALUATION_GAP}; the plugin keeps those draws by default, and diffusion_eval_noise='fixed' keys them "
+            "(the same weights give the same eval loss, and evaluating leaves training as it was)."
+        )
+    return f"{EVALUATION_GAP}; the plugin is {mode}, so nothing fixes that."
+
+
 def verdict(state, release, native):
     """The verdict in words: is this stack affected, and is the fix live (`native`: the release normalizes
     by the window itself)?"""
@@ -121,6 +137,7 @@ def verdict(state, release, native):
             f"{release} normalizes per micro-batch and the plugin is {state.mode}: "
             f"runs with gradient accumulation are affected."
         )
+    said += " " + _evaluation_words(state.mode)
     if state.displaced:
         said += (
             f" But {len(state.displaced)} of the plugin's patches were replaced by something else "

@@ -1,0 +1,172 @@
+"""Evaluation that holds still: with diffusion_eval_noise="fixed" the same weights give the same eval loss (the
+oracle's, with the keyed masks realized), and evaluating never changes what a seeded run trains. Each property
+is shown failing with the field unset (the release's own draws from the global RNG), so that it can fail."""
+
+import os
+import re
+
+import pytest
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.proof import experiment, judging, oracle
+from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers
+
+MODE = unsloth_diffusion_norm.apply().mode
+SEED = 42
+TRAIN = equal_answers(8)  # batch 1, GA 2: 4 steps
+HELD = [Example([60 + i, 61], list(range(40 + i, 47 + i))) for i in range(4)]  # held out, unequal prompts
+FIXED = {"diffusion_eval_noise": "fixed"}
+EVERY_STEP = {"eval_strategy": "steps", "eval_steps": 1}
+
+
+def _train(**settings):
+    return experiment.train(TRAIN, seed=SEED, eval_examples=HELD, **settings)
+
+
+def _evaluate_twice(run):
+    return [experiment.evaluate(run.trainer, seed=None)[0] for _ in range(2)]
+
+
+@pytest.fixture(scope="module")
+def arms():
+    """Per arm (the field unset, "fixed"): the run without evaluation and the same run evaluating every step."""
+    unsloth_diffusion_norm.apply()
+    return {name: (_train(**flags), _train(**EVERY_STEP, **flags)) for name, flags in (("unset", {}), ("fixed", FIXED))}
+
+
+def _final_difference(a, b):
+    return max(
+        oracle.max_error(a.windows[-1].params_after[n], b.windows[-1].params_after[n])
+        for n in a.windows[-1].params_after
+    )
+
+
+def test_evaluating_never_changes_what_a_seeded_run_trains(arms):
+    """The same training masks (the same logged losses and weights after every step) with and without an
+    evaluation at every step; the release's own draws move every training draw after the first evaluation."""
+    plain, evaluated = arms["fixed"]
+    assert len(plain.windows) == len(evaluated.windows) == 4
+    assert experiment.divergence(plain, evaluated) == 0.0
+    plain, evaluated = arms["unset"]
+    assert experiment.divergence(plain, evaluated) == float("inf") and _final_difference(plain, evaluated) > 1e-3
+
+
+def test_two_evaluations_of_the_same_weights_are_bitwise_equal(arms):
+    first, second = _evaluate_twice(arms["fixed"][0])
+    assert first == second
+    first, second = _evaluate_twice(arms["unset"][0])
+    assert first != second
+
+
+def test_a_fixed_evaluation_is_the_oracles_loss_with_the_keyed_masks_realized(arms):
+    for name in ("fixed", "unset"):
+        run = arms[name][0]
+        loss, seen = experiment.evaluate(run.trainer, seed=None)
+        assert len(seen) == len(HELD)
+        run.reference_model.load_state_dict(run.trainer.model.state_dict())
+        expected = judging.expected_fixed_evaluation_loss(run.reference_model, judging.keyed_evaluation(seen, SEED))
+        within = abs(loss - expected) <= oracle.tolerance(expected)
+        assert within == (name == "fixed"), (name, loss, expected)
+
+
+def test_k_draws_are_the_mean_of_k_keyed_draws_one_forward_each(arms):
+    run = arms["fixed"][0]
+    run.trainer.args.diffusion_eval_draws = 3
+    forwards = []
+    handle = run.trainer.model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        loss, seen = experiment.evaluate(run.trainer, seed=None)
+    finally:
+        handle.remove()
+        run.trainer.args.diffusion_eval_draws = 1
+    assert len(forwards) == 3 * len(HELD)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    keyed = judging.keyed_evaluation(seen, SEED, draws=3)
+    expected = judging.expected_fixed_evaluation_loss(run.reference_model, keyed)
+    assert abs(loss - expected) <= oracle.tolerance(expected)
+    single = judging.expected_fixed_evaluation_loss(run.reference_model, [draws[:1] for draws in keyed])
+    assert abs(loss - single) > 100 * oracle.tolerance(single)  # three draws, not the first one thrice
+
+
+def _evaluating(found):
+    """before_train: record {step: eval_loss} of every evaluation this train() call runs."""
+    from transformers import TrainerCallback
+
+    class Evaluations(TrainerCallback):
+        def on_evaluate(self, args, state, control, metrics=None, **kw):
+            found[state.global_step] = metrics["eval_loss"]
+
+    return lambda trainer: trainer.add_callback(Evaluations())
+
+
+@pytest.mark.parametrize("arm", ["fixed", "unset"])
+def test_an_evaluation_after_a_resume_is_the_uninterrupted_runs(arm, tmp_path):
+    """A job restarted from checkpoint-2 evaluates at once (eval_on_start) and at every step after: with keyed
+    noise each evaluation equals the uninterrupted run's at that step, and the training stays bitwise."""
+    flags = FIXED if arm == "fixed" else {}
+    full_dir, resumed_dir = str(tmp_path / "full"), str(tmp_path / "resumed")
+    theirs, ours = {}, {}
+    full = _train(
+        output_dir=full_dir,
+        save_strategy="steps",
+        save_steps=2,
+        before_train=_evaluating(theirs),
+        **EVERY_STEP,
+        **flags,
+    )
+    resumed = _train(
+        output_dir=resumed_dir,
+        before_train=_evaluating(ours),
+        resume_from_checkpoint=os.path.join(full_dir, "checkpoint-2"),
+        eval_on_start=True,
+        **EVERY_STEP,
+        **flags,
+    )
+    assert sorted(ours) == [2, 3, 4]
+    if arm == "fixed":
+        assert ours == {step: theirs[step] for step in ours}
+        assert _final_difference(full, resumed) == 0.0
+    else:
+        assert ours[2] != theirs[2]
+
+
+def test_a_per_sample_run_evaluates_with_keys_and_without(tmp_path):
+    """Per-sample training noise does not imply keyed evaluation noise (the release's draws stay the default),
+    and takes it when asked: the training is the same either way."""
+    keyed = _train(diffusion_noise="per_sample", **EVERY_STEP, **FIXED)
+    own = _train(diffusion_noise="per_sample", **EVERY_STEP)
+    assert experiment.divergence(keyed, own) == 0.0
+    assert len(set(_evaluate_twice(keyed))) == 1 and len(set(_evaluate_twice(own))) == 2
+
+
+def test_bad_values_are_refused_at_construction(plugin, tmp_path):
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    base = {"output_dir": str(tmp_path), "bf16": False, "use_cpu": True}
+    for value, said in (
+        (
+            {"diffusion_eval_noise": "random"},
+            "diffusion_eval_noise must be 'fixed' or None (the default), got 'random'",
+        ),
+        ({"diffusion_eval_draws": 0}, "diffusion_eval_draws must be a whole number of draws, 1 or more"),
+        ({"diffusion_eval_draws": 2.5}, "diffusion_eval_draws must be a whole number of draws, 1 or more"),
+        (
+            {"diffusion_eval_draws": 4},
+            "diffusion_eval_draws=4 averages keyed evaluation draws; set diffusion_eval_noise",
+        ),
+    ):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            DiffusionConfig(**base, **value)
+    args = DiffusionConfig(**base, diffusion_eval_noise="None", diffusion_eval_draws=None)
+    assert (args.diffusion_eval_noise, args.diffusion_eval_draws) == (None, 1)
+    args = DiffusionConfig(**base, diffusion_eval_noise="fixed", diffusion_eval_draws=4)
+    assert args.to_dict()["diffusion_eval_noise"] == "fixed" and args.to_dict()["diffusion_eval_draws"] == 4
+
+
+@pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
+def test_native_keyed_evaluation_is_per_trainer(plugin):
+    """2026.10.7+: Unsloth's classes stay untouched; the trainer that asks carries its own evaluation patches."""
+    run = experiment.build(TRAIN[:2], experiment.Setup.of(**FIXED), record=False)
+    names = [patch.name for patch in run.trainer.__dict__[registry.PER_TRAINER].patches]
+    assert {"evaluation_loop", "prediction_step", "diffusion_profile.compute_loss (evaluation)"} <= set(names)

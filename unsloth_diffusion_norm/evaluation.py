@@ -1,0 +1,190 @@
+"""Evaluation noise that holds still (opt-in, `diffusion_eval_noise="fixed"`).
+
+The release evaluates with draws from the global RNG: two evaluations of the same weights disagree, and an
+evaluation moves every training draw after it, so a seeded run trains another model when `eval_steps`
+changes. Here each evaluation example's noise level and per-token draws come from its own generators, keyed
+by (args.seed, the example's position in the eval set, the draw), and an evaluation leaves every global
+generator as it found it. `diffusion_eval_draws=K` averages K such draws per example, one forward each.
+
+Positions: accelerate deals evaluation batches round-robin as it deals training ones, so rank r's m-th batch
+of an evaluation is global batch m·W + r, and its row j sits at position (m·W + r)·B + j (B =
+per_device_eval_batch_size): an example keeps its key whichever rank evaluates it.
+"""
+
+import contextlib
+import hashlib
+import random
+import sys
+
+import torch
+
+from . import config, per_sample, registry
+from .loss import check_weighting
+from .registry import Patch
+from .wrappers import loss_arguments, prediction_arguments, replaced, wrap_method
+
+KEYS = "_diffusion_norm_eval_keys"  # in an evaluation batch's inputs: per draw, one generator seed per row
+
+
+def eval_key(seed, position, draw):
+    """A 63-bit generator seed for one draw of one evaluation example, unrelated to every training key."""
+    digest = hashlib.blake2b(f"eval:{seed}:{position}:{draw}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class EvalOrder:
+    """Where the next evaluation batch of this rank sits in the eval set (one per evaluation loop)."""
+
+    def __init__(self):
+        self.next_batch = 0
+
+    def tag(self, args, inputs, draws):
+        """`inputs` with its rows' generator seeds under KEYS: `draws` lists of one seed per row."""
+        rows = inputs["input_ids"].shape[0]
+        first = (self.next_batch * args.world_size + args.process_index) * args.per_device_eval_batch_size
+        self.next_batch += 1
+        keys = [[eval_key(args.seed, first + row, draw) for row in range(rows)] for draw in range(draws)]
+        return {**inputs, KEYS: keys}
+
+
+def mean_of_draws(inputs, loss_of):
+    """The release's (loss, outputs, metrics) of an evaluation batch, averaged over its keyed draws:
+    `loss_of(inputs)` is called once per draw with that draw's seeds under per_sample.KEYS (one forward
+    each). One draw is returned as it is."""
+    clean = {name: value for name, value in inputs.items() if name != KEYS}
+    results = [loss_of({**clean, per_sample.KEYS: keys}) for keys in inputs[KEYS]]
+    if len(results) == 1:
+        return results[0]
+    losses, outputs, metrics = zip(*results)
+    names = dict.fromkeys(name for found in metrics for name in found or {})  # (a draw with nothing masked has fewer)
+    return _mean(losses), outputs[-1], {name: _mean([m[name] for m in metrics if name in m]) for name in names}
+
+
+def patched_loss(release, profile, model, inputs, args, masked_loss):
+    """2026.10.4-.6: an evaluation batch's loss over its keyed draws, each normalized as the batch's evaluation
+    is without keys: its own masked tokens under window normalization, else the profile's own (LLaDA: answer
+    lengths); `masked_loss`: the release shape's loss (the `loss` module)."""
+    check_weighting(profile, args)
+
+    def one_draw(keyed):
+        drawn = release.draw(profile, model, keyed, args)
+        own = None if config.effective(profile, args) != config.WINDOW else drawn.masked.sum()
+        return masked_loss(profile, model, drawn, args, own, release.masked_module)
+
+    return mean_of_draws(inputs, one_draw)
+
+
+def _mean(values):
+    if all(torch.is_tensor(v) for v in values):
+        return torch.stack([v.reshape(()) for v in values]).mean()
+    return sum(float(v) for v in values) / len(values)
+
+
+@contextlib.contextmanager
+def global_rng_held(device):
+    """Every global generator an evaluation may advance (the DataLoader's base seed, a collective's RNG
+    sync, a user's callback): torch's CPU generator and the run's accelerator's, Python's and NumPy's, put
+    back as they were on the way out."""
+    cpu = torch.get_rng_state()
+    accelerator = getattr(torch, torch.device(device).type, None) if torch.device(device).type != "cpu" else None
+    if accelerator is not None and not (hasattr(accelerator, "get_rng_state_all") and accelerator.is_initialized()):
+        accelerator = None
+    accelerated = accelerator.get_rng_state_all() if accelerator is not None else None
+    python = random.getstate()
+    numpy = sys.modules.get("numpy")
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        if accelerated is not None:
+            accelerator.set_rng_state_all(accelerated)
+        random.setstate(python)
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
+
+
+# --- the patches: class-level on 2026.10.4-.6, per trainer on 2026.10.7+ ---------------------------------
+
+
+def _keyed_evaluation(release, trainer):
+    return config.eval_noise(trainer.args) == config.FIXED and isinstance(
+        getattr(trainer, "diffusion_profile", None), release.masked_module.MaskedDiffusionProfile
+    )
+
+
+def _held_evaluation_loop(release, wrapped, trainer, pos, kwargs):
+    if not _keyed_evaluation(release, trainer):
+        return wrapped(*pos, **kwargs)
+    registry.per_trainer(trainer).eval_order = EvalOrder()  # each evaluation from position 0
+    # Nothing drawn inside comes from a global RNG, and what the loop itself advances (the DataLoader's base
+    # seed) is put back: the training draws after an evaluation are those of a run without it.
+    with global_rng_held(trainer.args.device):
+        return wrapped(*pos, **kwargs)
+
+
+def _keyed_prediction_step(release, wrapped, trainer, pos, kwargs):
+    if not _keyed_evaluation(release, trainer):
+        return wrapped(*pos, **kwargs)
+    kept = registry.per_trainer(trainer)
+    if kept.eval_order is None:  # called outside an evaluation loop: positions from 0
+        kept.eval_order = EvalOrder()
+    _, inputs = prediction_arguments(*pos, **kwargs)
+    tagged = kept.eval_order.tag(trainer.args, inputs, config.eval_draws(trainer.args))
+    pos, kwargs = replaced(pos, kwargs, 1, "inputs", tagged)
+    return wrapped(*pos, **kwargs)
+
+
+def trainer_patches(release, owner, make):
+    """The two trainer methods keyed evaluation needs, on `owner` (DiffusionTrainer, or one trainer);
+    `make(function)`: the Patch's make for that owner."""
+    return [
+        Patch(
+            f"{_label(owner)}evaluation_loop",
+            owner,
+            "evaluation_loop",
+            make(_held_evaluation_loop),
+            f"{config.EVAL_NOISE_FIELD}='fixed': each evaluation numbers its examples from 0 and leaves every "
+            "global RNG as it found it",
+        ),
+        Patch(
+            f"{_label(owner)}prediction_step",
+            owner,
+            "prediction_step",
+            make(_keyed_prediction_step),
+            f"{config.EVAL_NOISE_FIELD}='fixed': each evaluation row's generator seeds (seed, eval position, draw)",
+        ),
+    ]
+
+
+def _label(owner):
+    return f"{owner.__name__}." if isinstance(owner, type) else ""
+
+
+def native_patches(release, trainer, profile):
+    """diffusion_eval_noise="fixed" for this trainer only: its evaluation rows tagged with their keys, its
+    profile copy's loss taken once per keyed draw."""
+    return [
+        Patch(
+            "diffusion_profile.compute_loss (evaluation)",
+            profile,
+            "compute_loss",
+            wrap_method(profile, _keyed_evaluation_loss, release),
+            f"{config.EVAL_NOISE_FIELD}='fixed': upstream's loss of each keyed evaluation draw, averaged",
+        ),
+        *trainer_patches(release, trainer, lambda function: wrap_method(trainer, function, release)),
+    ]
+
+
+def _keyed_evaluation_loss(release, wrapped, profile, pos, kwargs):
+    model, inputs, args, _ = loss_arguments(*pos, **kwargs)
+    if KEYS not in inputs:
+        return wrapped(*pos, **kwargs)
+
+    def one_draw(keyed):
+        drawn = release.draw(profile, model, keyed, args).prepared()
+        clean = {name: value for name, value in keyed.items() if name != per_sample.KEYS}
+        call = replaced(pos, kwargs, 1, "inputs", {**clean, "_diffusion_masked_batch": drawn})
+        return wrapped(*call[0], **call[1])
+
+    return mean_of_draws(inputs, one_draw)
