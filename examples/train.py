@@ -9,7 +9,7 @@ masked-diffusion loss: a TRL-style script, configured from the command line or a
 Command-line arguments override the YAML file. The dataset is a local JSON-lines file (or a directory
 `datasets.load_from_disk` reads, or a hub name) of prompt/completion rows; `--dataset_streaming` reads it
 as a stream (then give --max_steps). Everything else is TRL's ScriptArguments, Unsloth's DiffusionConfig
-(TRL's SFTConfig plus the diffusion knobs and this plugin's two flags) and TRL's ModelConfig.
+(TRL's SFTConfig plus the diffusion knobs and this plugin's flags) and TRL's ModelConfig.
 """
 
 # The order of these imports is the point (isort: split keeps the linter from sorting it away).
@@ -27,7 +27,7 @@ from datasets import load_dataset, load_from_disk
 from trl import ModelConfig, ScriptArguments, TrlParser
 
 
-def load_data(script_args):
+def load_data(script_args, split=None):
     name, streaming = script_args.dataset_name, getattr(script_args, "dataset_streaming", False)
     if name.endswith((".json", ".jsonl")):
         dataset = load_dataset("json", data_files=name, streaming=streaming)
@@ -35,7 +35,7 @@ def load_data(script_args):
         dataset = load_from_disk(name)
     else:
         dataset = load_dataset(name, getattr(script_args, "dataset_config", None), streaming=streaming)
-    return dataset[script_args.dataset_train_split]
+    return dataset[split or script_args.dataset_train_split]
 
 
 def main(script_args, training_args, model_args):
@@ -60,15 +60,18 @@ def main(script_args, training_args, model_args):
             lora_dropout=model_args.lora_dropout,
             target_modules=model_args.lora_target_modules or ["q_proj", "k_proj", "v_proj", "o_proj"],
         )
+    evaluates = training_args.eval_strategy != "no"  # then the dataset's test split is the eval set
     trainer = DiffusionTrainer(
         model=model,
         args=training_args,
         train_dataset=load_data(script_args),
+        eval_dataset=load_data(script_args, script_args.dataset_test_split) if evaluates else None,
         processing_class=tokenizer,
     )
     print(
         f"diffusion_loss_normalization={training_args.diffusion_loss_normalization!r}, "
-        f"diffusion_noise={training_args.diffusion_noise!r}, profile {trainer.diffusion_profile.name} "
+        f"diffusion_noise={training_args.diffusion_noise!r}, "
+        f"diffusion_eval_noise={training_args.diffusion_eval_noise!r}, profile {trainer.diffusion_profile.name} "
         f"({trainer.diffusion_profile.loss_normalization})"
     )
     trainer.train()

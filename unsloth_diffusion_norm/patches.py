@@ -310,7 +310,7 @@ def _check_flags(trainer, MaskedDiffusionProfile):
         if field != config.FIELD:
             raise ValueError(
                 f"unsloth_diffusion_norm: {field}={value!r} is implemented for the masked-diffusion profiles, "
-                f"not for {profile.name!r}. Leave it at its default ({config.default(field)!r})."
+                f"not for {profile.name!r}. Leave it at None."
             )
 
 
@@ -368,7 +368,8 @@ def native_release(release):
             "__init__",
             wrap(_native_trainer_init, release),
             "sets up each trainer's run on that trainer alone (per-trainer patches: by default the resume-exact "
-            "draws of Unsloth's own noise; a profile copy with upstream's loss_normalization for the flag)",
+            "draws of Unsloth's own noise; a profile copy with upstream's loss_normalization for the flag; keyed "
+            "evaluation for diffusion_eval_noise='fixed')",
         ),
         *config_patches(release),
     ]

@@ -31,7 +31,8 @@ def test_patch_takes_and_comes_off(plugin):
     assert nemotron().loss_normalization == config.GLOBAL_MASKED_TOKENS
     assert config.FIELD in DiffusionConfig.__dataclass_fields__
     names = [name for name, _ in status.patches]
-    assert len(names) == len(set(names)) == 12
+    # seven of the release's own objects, then three per DiffusionConfig flag and DiffusionConfig.__init__
+    assert len(names) == len(set(names)) == 7 + 3 * len(config.FIELDS) + 1
 
     original_loss = vars(MaskedDiffusionProfile)["compute_loss"].__wrapped__
     unsloth_diffusion_norm.unpatch()
@@ -168,7 +169,7 @@ def test_get_batch_samples_takes_trainers_own_keywords(plugin, tmp_path, normali
 
 def test_the_flags_default_to_none_on_the_class_too(plugin):
     """As a dataclass field's default would: code that reads DiffusionConfig.<flag> sees the release's default."""
-    assert all(vars(DiffusionConfig)[field] is None for field in config.FIELDS)
+    assert all(vars(DiffusionConfig)[field] == config.default(field) for field in config.FIELDS)
 
 
 BLOCK = next(p for p in diffusion_profiles() if not isinstance(p, MaskedDiffusionProfile))
@@ -316,11 +317,12 @@ def test_the_api_page_lists_every_patch_of_every_set_with_its_reason():
     assert {where: [(p.name, p.why) for p in found] for where, found in built.items()} == documented
 
 
-def test_the_flags_default_to_none_on_the_class_as_a_dataclass_field_does(plugin):
+def test_the_flags_default_on_the_class_as_a_dataclass_field_does(plugin):
     with unsloth_diffusion_norm.unpatched():  # applied afresh on the way out: what apply() builds now is checked
         pass
     for field in config.FIELDS:
-        assert getattr(DiffusionConfig, field) is None and DiffusionConfig.__dataclass_fields__[field].default is None
+        default = config.default(field)  # None, or diffusion_eval_draws' 1
+        assert getattr(DiffusionConfig, field) == default == DiffusionConfig.__dataclass_fields__[field].default
 
 
 @native_only

@@ -376,13 +376,26 @@ def _example(workdir, output, *argv):
 
 @pytest.mark.fresh_interpreter
 def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
+    # (with keyed evaluation at every step, two draws per example, on the data's one split)
+    evaluation = ["--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split", "train"]
+    keyed = ["--diffusion_eval_noise", "fixed", "--diffusion_eval_draws", "2"]
     out, steps, losses = _example(
-        workdir, "from-cli", "--trust_remote_code", "true", "--diffusion_loss_normalization", "window"
+        workdir,
+        "from-cli",
+        "--trust_remote_code",
+        "true",
+        "--diffusion_loss_normalization",
+        "window",
+        *evaluation,
+        *keyed,
     )
     assert (
         f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out and "diffusion_loss_normalization='window'" in out
     )
+    assert "diffusion_eval_noise='fixed'" in out
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
+    state = json.loads((workdir / "from-cli" / "trainer_state.json").read_text())
+    assert len([entry for entry in state["log_history"] if "eval_loss" in entry]) == 2
 
 
 @pytest.mark.fresh_interpreter

@@ -336,6 +336,34 @@ def test_per_sample_noise_at_llada_s_own_normalization_or_its_refusal(family_run
     assert run.windows[0].batches[0]["keys"] and reproduce.judge_copy(run, copy).ok
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_fixed_evaluation_is_the_family_oracles_loss_with_the_keyed_masks_realized(name, family_runs, plugin):
+    """Dream (shifted, its own masked tokens) and LLaDA (answer lengths) evaluate with keyed noise by their own
+    objective: two draws per example, the same loss twice; the release's own draws miss the keyed oracle."""
+    from unsloth_diffusion_norm.proof import experiment
+
+    copy, _ = family_runs[name]
+    objective = oracle.OBJECTIVES[copy.profile]
+    settings = judging.OracleSettings(
+        eps=objective.eps,
+        eos_id=copy.eos_id,
+        mask_id=copy.mask_id,
+        shift=objective.shift,
+        normalization=objective.normalization,
+    )
+    keyed = {"diffusion_eval_noise": "fixed", "diffusion_eval_draws": 2}
+    run = reproduce.train_copy(0, copy, eval_examples=copy.examples, **keyed)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    loss, seen = experiment.evaluate(run.trainer, seed=None)
+    expected = judging.expected_fixed_evaluation_loss(
+        run.reference_model, judging.keyed_evaluation(seen, 0, draws=2), settings
+    )
+    assert abs(loss - expected) <= oracle.tolerance(expected) and loss == experiment.evaluate(run.trainer, seed=None)[0]
+    run.trainer.args.diffusion_eval_noise, run.trainer.args.diffusion_eval_draws = None, 1
+    own, _ = experiment.evaluate(run.trainer)
+    assert abs(own - expected) > 100 * oracle.tolerance(expected)
+
+
 def test_reproduce_model_on_a_family_shows_the_window_opt_in_against_the_release_s_own(checkpoints, plugin, capsys):
     assert cli.main(["reproduce", "--trust-remote-code", "--model", str(checkpoints["llada_answer_length"])]) == 0
     out = capsys.readouterr().out

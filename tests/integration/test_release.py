@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm import config, registry
 from unsloth_diffusion_norm.proof.fixtures import CPU_ENVIRONMENT, expected_mode
 
 EXPECTED_MODE = expected_mode()
@@ -68,7 +68,7 @@ def test_import_after_unsloth_works_and_the_env_switch_disables():
     mode, patches, wrapped, applied = disabled.split()
     assert mode == "disabled"
     # Switched off, only the flags stay (accepted by DiffusionConfig, refused by the trainer when set).
-    flags_only = 8 if EXPECTED_MODE != registry.UNSUPPORTED else 0
+    flags_only = 1 + 3 * len(config.FIELDS) + 1 if EXPECTED_MODE != registry.UNSUPPORTED else 0
     assert int(patches) == flags_only and wrapped == str(flags_only > 0)
     assert applied == EXPECTED_MODE  # an explicit apply() overrides the switch (the flags-only set goes first)
 

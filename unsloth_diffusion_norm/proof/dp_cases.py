@@ -23,6 +23,9 @@ class Case:
     # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
     resume_at: int = None
     diffusion_noise: str = None  # the per-run noise flag
+    # diffusion_eval_noise: with "fixed" the case evaluates at every step, and trains again without evaluating
+    # (and with the field unset, both ways) to show that evaluating leaves the training as it was.
+    eval_noise: str = None
     lora: str = None  # fixtures.load_model's LoRA variant
     model_config: dict = None  # fields the tiny checkpoint's config gets (e.g. NVIDIA's dp_varying_mask_ratio)
     seed: int = 3  # realized counts differ between micro-batches and between ranks
@@ -51,6 +54,7 @@ CASES = {
     "nvidia-dp-varying-mask-ratio": Case(
         2, [answers(LONG, 2), answers(SHORT, 2, 14)], model_config={"dp_varying_mask_ratio": True}
     ),
+    "fixed-eval-noise": Case(2, [answers(LONG, 4), answers(SHORT, 4, 14)], evaluate=True, eval_noise="fixed"),
     "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
     "three-ranks-rank-local": Case(
         3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False

@@ -36,6 +36,13 @@ class RankResult:
     eval_loss: float = None
     eval_reference: float = None
     eval_unpatched: float = None
+    # diffusion_eval_noise="fixed" (a case's eval_noise): a second evaluation of the same weights; the largest
+    # |parameter difference| between the run evaluating at every step and the same run without evaluation, with
+    # the field set and unset; whether this rank's m-th evaluation batch was the eval set's example m·W + rank.
+    eval_again: float = None
+    eval_training_difference: float = None
+    eval_training_difference_unset: float = None
+    eval_positions_ok: bool = None
     resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
     checkpoint: list = None  # the files of the checkpoint a run resumed from
     noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
@@ -85,7 +92,7 @@ def run_case(name, case, engine=None):
         result.engine = engine.name
         result.engine_on, result.layout = engines.layout(engine, trainer)
     if case.evaluate:
-        _evaluate(result, run, world)
+        (_fixed_evaluation(result, case, settings, run, world) if case.eval_noise else _evaluate(result, run, world))
     result.ok = result.worst <= 1.0
     return result
 
@@ -120,6 +127,8 @@ def _settings(case, counter, engine):
         )
     if case.diffusion_noise is not None:
         settings["diffusion_noise"] = case.diffusion_noise
+    if case.eval_noise is not None:
+        settings.update(diffusion_eval_noise=case.eval_noise, eval_strategy="steps", eval_steps=1)
     if case.model_config:  # the tiny checkpoint with these config fields (each rank writes its own copy)
         settings["checkpoint"] = fixtures.write_tiny_checkpoint(
             tempfile.mkdtemp(prefix="udn-ckpt-"), **case.model_config
@@ -230,6 +239,48 @@ def _evaluate(result, run, world):
     )
     with unsloth_diffusion_norm.unpatched():
         result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
+
+
+def _fixed_evaluation(result, case, settings, run, world):
+    """A keyed evaluation on every rank: twice on the same weights, against the oracle over all ranks' keyed
+    batches, its examples' positions; and the training with and without evaluating, the field set and unset."""
+    import torch.distributed as dist
+
+    from . import experiment, judging, oracle
+
+    trainer, rank = run.trainer, dist.get_rank()
+    result.eval_loss, seen = experiment.evaluate(trainer, seed=None)
+    result.eval_again, _ = experiment.evaluate(trainer, seed=None)
+    eval_rows = [e.row()["input_ids"] for e in case.examples()]
+    result.eval_positions_ok = all(
+        batch["input_ids"][0].tolist() == eval_rows[m * world + rank] for m, (_, batch) in enumerate(seen)
+    )
+    keyed = judging.keyed_evaluation(seen, case.seed, world_size=world, rank=rank)
+    everyone = [None] * world
+    dist.all_gather_object(everyone, keyed)
+    model = run.reference_model
+    model.load_state_dict(trainer.model.state_dict())
+    result.eval_reference = judging.expected_fixed_evaluation_loss(model, [b for r in everyone for b in r])
+    result.worst = max(
+        result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
+    )
+    trainer.args.diffusion_eval_noise = None  # the same weights, the release's own draws
+    try:
+        result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
+    finally:
+        trainer.args.diffusion_eval_noise = case.eval_noise
+    settings = {k: v for k, v in settings.items() if k not in ("before_train", "diffusion_eval_noise")}
+    plain = experiment.train(case.examples(), **{**settings, "eval_strategy": "no"})  # (no evaluation: no field)
+    result.eval_training_difference = experiment.divergence(run, plain)
+    unset = experiment.train(case.examples(), **settings)  # evaluating at every step with the release's draws
+    result.eval_training_difference_unset = _final_difference(unset, plain)
+
+
+def _final_difference(a, b):
+    from .oracle import max_error
+
+    last_a, last_b = a.windows[-1].params_after, b.windows[-1].params_after
+    return max(max_error(last_a[name], last_b[name]) for name in last_a)
 
 
 class Notes:

@@ -72,7 +72,7 @@ def test_rank_local_normalization_is_its_own_formula(results):
     assert abs(local["reference_loss"][0] - summed["reference_loss"][0]) > 1e-3
 
 
-@pytest.mark.parametrize("case", [n for n, c in CASES.items() if c.evaluate])
+@pytest.mark.parametrize("case", [n for n, c in CASES.items() if c.evaluate and not c.eval_noise])
 def test_evaluation_keeps_the_batch_denominator_and_is_not_scaled_by_ranks(results, case):
     for row in ranks_of(results, case):
         assert row["eval_loss"] == row["eval_unpatched"]  # the release's own evaluation, bitwise
@@ -149,3 +149,15 @@ def test_nvidias_dp_varying_mask_ratio_gives_per_sample_noise_and_says_so(result
         "noise (diffusion_noise='per_sample'); diffusion_noise='global' keeps the global RNG's draws."
     ]
     assert varying[1]["notes"] == []
+
+
+def test_a_fixed_evaluation_holds_still_and_leaves_the_training_as_it_was_on_every_rank(results):
+    """diffusion_eval_noise="fixed" on 2 ranks: each example keyed by its place in the eval set whichever rank
+    evaluates it (the oracle, keying by position, gives the trainer's loss), two evaluations bitwise equal, and
+    the run that evaluated at every step trained what the run without evaluation trained. With the field unset
+    the same weights evaluate to another loss, and evaluating moved the training."""
+    for row in ranks_of(results, "fixed-eval-noise"):
+        assert row["eval_positions_ok"] and row["eval_loss"] == row["eval_again"]
+        assert abs(row["eval_loss"] - row["eval_reference"]) <= oracle.tolerance(row["eval_reference"])
+        assert row["eval_training_difference"] == 0.0
+        assert row["eval_loss"] != row["eval_unpatched"] and row["eval_training_difference_unset"] > 1e-3

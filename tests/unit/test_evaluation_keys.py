@@ -1,0 +1,96 @@
+"""Keyed evaluation noise: one generator seed per (seed, eval position, draw), positions as accelerate deals the
+eval batches, the mean of K draws, an evaluation that leaves every global RNG as it found it, and the two flags'
+validation (in Python and on a command line)."""
+
+import argparse
+import hashlib
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from unsloth_diffusion_norm import config, evaluation, per_sample
+
+
+def test_the_key_is_the_documented_hash_and_unrelated_to_every_training_key():
+    digest = hashlib.blake2b(b"eval:42:7:1", digest_size=8).digest()
+    assert evaluation.eval_key(42, 7, 1) == int.from_bytes(digest, "little") >> 1
+    keys = {evaluation.eval_key(seed, position, draw) for seed in (0, 1) for position in range(32) for draw in range(4)}
+    assert len(keys) == 256 and all(0 <= key < 2**63 for key in keys)
+    training = {per_sample.sample_key(seed, 0, position) for seed in (0, 1) for position in range(32)}
+    assert not keys & training
+
+
+def test_positions_follow_accelerates_round_robin_over_ranks():
+    """Rank r's m-th eval batch is global batch m·W + r: with 2 ranks and batches of 2, rank 1 holds 2, 3, 6, 7."""
+    args = SimpleNamespace(seed=5, world_size=2, process_index=1, per_device_eval_batch_size=2)
+    order = evaluation.EvalOrder()
+    tagged = [order.tag(args, {"input_ids": torch.zeros(2, 3)}, draws=2) for _ in range(2)]
+    expected = [[[evaluation.eval_key(5, p, d) for p in positions] for d in range(2)] for positions in ([2, 3], [6, 7])]
+    assert [batch[evaluation.KEYS] for batch in tagged] == expected
+
+
+def test_k_draws_are_averaged_and_one_draw_is_the_release_s_result_itself():
+    seen = []
+
+    def loss_of(inputs):
+        seen.append(inputs[per_sample.KEYS])
+        k = len(seen)
+        metrics = {"masked_fraction": torch.tensor(0.1 * k)} | ({} if k == 2 else {"masked_ce": float(k)})
+        return torch.tensor(float(k)), None, metrics
+
+    inputs = {"input_ids": torch.zeros(1, 2), evaluation.KEYS: [[11], [12], [13]]}
+    loss, _, metrics = evaluation.mean_of_draws(inputs, loss_of)
+    assert seen == [[11], [12], [13]] and loss.item() == 2.0
+    assert torch.isclose(metrics["masked_fraction"], torch.tensor(0.2)) and metrics["masked_ce"] == 2.0  # (1 + 3) / 2
+    single = (torch.tensor(1.5), None, {})
+    assert evaluation.mean_of_draws({evaluation.KEYS: [[1]]}, lambda _: single) is single
+
+
+def test_an_evaluation_leaves_every_global_rng_as_it_found_it():
+    import numpy
+
+    torch.manual_seed(3), random.seed(3), numpy.random.seed(3)
+    with pytest.raises(RuntimeError), evaluation.global_rng_held("cpu"):
+        torch.rand(5), random.random(), numpy.random.rand()
+        raise RuntimeError("an evaluation that fails gives the states back too")
+    after = (torch.rand(1).item(), random.random(), numpy.random.rand())
+    torch.manual_seed(3), random.seed(3), numpy.random.seed(3)
+    assert after == (torch.rand(1).item(), random.random(), numpy.random.rand())
+
+
+def test_the_draws_flag_takes_whole_numbers_from_one_and_none_is_its_default():
+    field = config.EVAL_DRAWS_FIELD
+    assert [config.validate(v, field) for v in (1, 4, None, "None")] == [1, 4, 1, 1]
+    for bad in (0, -2, 2.0, True, "3"):
+        with pytest.raises(ValueError, match=f"{field} must be a whole number of draws, 1 or more"):
+            config.validate(bad, field)
+    assert (
+        config.validate("fixed", config.EVAL_NOISE_FIELD) == "fixed"
+        and config.validate("none", config.EVAL_NOISE_FIELD) is None
+    )
+    with pytest.raises(ValueError, match="diffusion_eval_noise must be 'fixed' or None"):
+        config.validate("random", config.EVAL_NOISE_FIELD)
+
+
+def test_k_draws_need_keyed_noise_and_the_asked_flags_leave_defaults_out():
+    flags = SimpleNamespace(diffusion_eval_noise=None, diffusion_eval_draws=3)
+    with pytest.raises(
+        ValueError, match="diffusion_eval_draws=3 averages keyed evaluation draws; set diffusion_eval_noise='fixed'"
+    ):
+        config.check_together(flags)
+    config.check_together(SimpleNamespace(diffusion_eval_noise="fixed", diffusion_eval_draws=3))
+    defaults = SimpleNamespace(**{field: config.default(field) for field in config.FIELDS})
+    assert config.asked(defaults) == {} and config.asked(flags) == {config.EVAL_DRAWS_FIELD: 3}
+
+
+def test_a_parser_converts_with_the_flags_own_rule_and_says_what_is_wrong_in_one_line():
+    draws, noise = config.argument_type(config.EVAL_DRAWS_FIELD), config.argument_type(config.NOISE_FIELD)
+    assert (draws("4"), draws("None"), noise("per_sample"), noise("None")) == (4, 1, "per_sample", None)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--diffusion_eval_draws", type=draws, default=1)
+    assert parser.parse_args(["--diffusion_eval_draws", "3"]).diffusion_eval_draws == 3
+    for bad in ("0", "two", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a whole number of draws"):
+            draws(bad)
