@@ -116,21 +116,23 @@ def _keyed_evaluation(release, trainer):
 def _held_evaluation_loop(release, wrapped, trainer, pos, kwargs):
     if not _keyed_evaluation(release, trainer):
         return wrapped(*pos, **kwargs)
-    registry.per_trainer(trainer).eval_order = EvalOrder()  # each evaluation from position 0
+    kept = registry.per_trainer(trainer)
+    kept.eval_order = EvalOrder()  # each evaluation from position 0
     # Nothing drawn inside comes from a global RNG, and what the loop itself advances (the DataLoader's base
     # seed) is put back: the training draws after an evaluation are those of a run without it.
-    with global_rng_held(trainer.args.device):
-        return wrapped(*pos, **kwargs)
+    try:
+        with global_rng_held(trainer.args.device):
+            return wrapped(*pos, **kwargs)
+    finally:
+        kept.eval_order = None
 
 
 def _keyed_prediction_step(release, wrapped, trainer, pos, kwargs):
     if not _keyed_evaluation(release, trainer):
         return wrapped(*pos, **kwargs)
-    kept = registry.per_trainer(trainer)
-    if kept.eval_order is None:  # called outside an evaluation loop: positions from 0
-        kept.eval_order = EvalOrder()
+    order = registry.per_trainer(trainer).eval_order or EvalOrder()  # (outside an evaluation: from position 0)
     _, inputs = prediction_arguments(*pos, **kwargs)
-    tagged = kept.eval_order.tag(trainer.args, inputs, config.eval_draws(trainer.args))
+    tagged = order.tag(trainer.args, inputs, config.eval_draws(trainer.args))
     pos, kwargs = replaced(pos, kwargs, 1, "inputs", tagged)
     return wrapped(*pos, **kwargs)
 

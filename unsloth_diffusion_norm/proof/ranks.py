@@ -181,7 +181,7 @@ def _upstream_difference(case, settings, uninterrupted):
     if not (
         unsloth_diffusion_norm.status().mode == NATIVE
         and case.patched
-        and not (case.diffusion_noise or case.model_config)
+        and not (case.diffusion_noise or case.model_config or case.eval_noise)
     ):
         return None
     # The plugin's default there must be bitwise Unsloth's own in an uninterrupted run.
