@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint matrix mutation clean
+.PHONY: setup reproduce test test-fast lint matrix mutation convergence clean
 
 setup: $(VENV)/.installed
 
@@ -53,6 +53,11 @@ test-fast: setup
 # leg under .matrix/, the tiers that tell releases apart in each; rewrites docs/compatibility.md's table.
 matrix: setup
 	$(BIN)/python scripts/matrix.py --page docs/compatibility.md $(MATRIX_FLAGS)
+
+# Does the fix change the model? Accumulation invariance on the docstring data set (docs/convergence.md; a few
+# minutes on 2 cores); writes docs/convergence.png and docs/convergence.json.
+convergence: setup
+	$(RUN) $(BIN)/python scripts/convergence.py --plot docs/convergence.png --json docs/convergence.json
 
 # Mutation testing of the core (about an hour and a half on 2 cores; not in CI): mutmut and the fresh-interpreter /
 # launched-rank pass here, then the dense and native legs for what no test reached here; writes

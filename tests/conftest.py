@@ -17,6 +17,7 @@ SLOWEST_FIRST = [
     "test_release.py",  # 54
     "test_bench.py",  # 39
     "test_evaluation.py",  # 30
+    "test_convergence.py",  # 30
     "test_noise.py",  # 24
     "test_rooms.py",  # 20
     "test_doctor.py",  # 17
