@@ -293,7 +293,7 @@ def config_patches(release):
 
 
 def _check_flags(trainer, MaskedDiffusionProfile):
-    """Both flags valid, and nothing asked of a profile that is not masked diffusion."""
+    """Every flag valid (K draws need keyed evaluation); nothing asked of a non-masked-diffusion profile."""
     args, profile = trainer.args, trainer.diffusion_profile
     for field in config.FIELDS:
         config.validate(getattr(args, field, config.default(field)), field)
