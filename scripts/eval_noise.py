@@ -26,7 +26,7 @@ import unsloth_diffusion_norm  # noqa: E402
 from unsloth_diffusion_norm.proof import fixtures, tables  # noqa: E402
 
 fixtures.import_unsloth()  # the plugin first, as users do
-from unsloth_diffusion_norm.proof import experiment, oracle  # noqa: E402
+from unsloth_diffusion_norm.proof import experiment  # noqa: E402
 from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers  # noqa: E402
 
 SEED = 42
@@ -42,11 +42,6 @@ SETTINGS = [
 ]
 
 
-def _final_difference(a, b):
-    last_a, last_b = a.windows[-1].params_after, b.windows[-1].params_after
-    return max(oracle.max_error(last_a[name], last_b[name]) for name in last_a)
-
-
 def defects():
     rows = []
     for label, flags in SETTINGS:
@@ -57,7 +52,12 @@ def defects():
             )
             first, second = (experiment.evaluate(plain.trainer, seed=None)[0] for _ in range(2))
         rows.append(
-            {"setting": label, "first": first, "second": second, "difference": _final_difference(plain, evaluated)}
+            {
+                "setting": label,
+                "first": first,
+                "second": second,
+                "difference": experiment.final_difference(plain, evaluated),
+            }
         )
     return rows
 
@@ -84,23 +84,12 @@ ARMS = [
 
 
 def _docstring_checkpoint(where):
-    """The docstring rows and a random-initialized model of the tiny model's class at the BPE vocabulary (its
-    EOS, PAD and MASK are ids 0, 1, 2 as in the tiny model), its tokenizer the BPE one."""
-    from transformers import AutoTokenizer
-
-    from unsloth_diffusion_norm.proof.tiny_model import write_tiny_checkpoint
+    """The docstring rows and a random-initialized model of the tiny model's class at their BPE vocabulary."""
     from unsloth_diffusion_norm.tools import docstring_data
 
     data, tokenizer_folder, _ = docstring_data.write(os.path.join(where, "data"))
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
-    checkpoint = write_tiny_checkpoint(
-        os.path.join(where, "model"), seed=0, vocab_size=len(tokenizer), max_position_embeddings=CURVE["max_length"]
-    )
-    for name in os.listdir(checkpoint):  # the tiny word-level tokenizer out, the BPE one in
-        if name.startswith(("tokenizer", "special_tokens")):
-            os.remove(os.path.join(checkpoint, name))
-    tokenizer.save_pretrained(checkpoint)
-    return data, checkpoint
+    model = os.path.join(where, "model")
+    return data, docstring_data.checkpoint(model, tokenizer_folder, max_position_embeddings=CURVE["max_length"])
 
 
 def curve():

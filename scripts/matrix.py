@@ -43,6 +43,16 @@ class Leg:
         return f"unsloth-{self.unsloth}-transformers-{self.transformers}-trl-{self.trl}"
 
 
+# What the oldest transformers / TRL change on either shape: training, parsing, activation, the release.
+OLD_STACK = (
+    "tests/unit",
+    "tests/integration/test_release.py",
+    "tests/integration/test_activation.py",
+    "tests/integration/test_field.py",
+    "tests/integration/test_oracle_cases.py",
+    "tests/integration/test_noise.py",
+)
+
 LEGS = [
     Leg("2026.10.3", "5.17.0", "1.13.0", "before masked diffusion: unsupported, nothing patched"),
     Leg(
@@ -61,14 +71,7 @@ LEGS = [
         "4.56.0",
         "0.18.2",
         "dense shape, oldest working transformers / TRL: training and parsing",
-        paths=(
-            "tests/unit",
-            "tests/integration/test_release.py",
-            "tests/integration/test_activation.py",
-            "tests/integration/test_field.py",
-            "tests/integration/test_oracle_cases.py",
-            "tests/integration/test_noise.py",
-        ),
+        paths=OLD_STACK,
     ),
     # The same diffusion files as 2026.10.4: recognition, patches and the release as a whole.
     Leg(
@@ -94,12 +97,7 @@ LEGS = [
         "0.18.2",
         "chunked shape, oldest working transformers / TRL",
         paths=(
-            "tests/unit",
-            "tests/integration/test_release.py",
-            "tests/integration/test_activation.py",
-            "tests/integration/test_field.py",
-            "tests/integration/test_oracle_cases.py",
-            "tests/integration/test_noise.py",
+            *OLD_STACK,
             "tests/integration/test_evaluation.py",
             "tests/integration/test_cli.py",
             "tests/integration/test_doctor.py",

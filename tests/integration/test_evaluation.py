@@ -35,13 +35,6 @@ def arms():
     return {name: (_train(**flags), _train(**EVERY_STEP, **flags)) for name, flags in (("unset", {}), ("fixed", FIXED))}
 
 
-def _final_difference(a, b):
-    return max(
-        oracle.max_error(a.windows[-1].params_after[n], b.windows[-1].params_after[n])
-        for n in a.windows[-1].params_after
-    )
-
-
 def test_evaluating_never_changes_what_a_seeded_run_trains(arms):
     """The same training masks (the same logged losses and weights after every step) with and without an
     evaluation at every step; the release's own draws move every training draw after the first evaluation."""
@@ -49,7 +42,9 @@ def test_evaluating_never_changes_what_a_seeded_run_trains(arms):
     assert len(plain.windows) == len(evaluated.windows) == 4
     assert experiment.divergence(plain, evaluated) == 0.0
     plain, evaluated = arms["unset"]
-    assert experiment.divergence(plain, evaluated) == float("inf") and _final_difference(plain, evaluated) > 1e-3
+    assert (
+        experiment.divergence(plain, evaluated) == float("inf") and experiment.final_difference(plain, evaluated) > 1e-3
+    )
 
 
 def test_two_evaluations_of_the_same_weights_are_bitwise_equal(arms):
@@ -126,7 +121,7 @@ def test_an_evaluation_after_a_resume_is_the_uninterrupted_runs(arm, tmp_path):
     assert sorted(ours) == [2, 3, 4]
     if arm == "fixed":
         assert ours == {step: theirs[step] for step in ours}
-        assert _final_difference(full, resumed) == 0.0
+        assert experiment.final_difference(full, resumed) == 0.0
     else:
         assert ours[2] != theirs[2]
 

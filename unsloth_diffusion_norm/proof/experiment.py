@@ -327,6 +327,12 @@ def divergence(a, b):
     )
 
 
+def final_difference(a, b):
+    """Largest |parameter difference| after the last step of two runs (0.0: bitwise the same weights)."""
+    last_a, last_b = a.windows[-1].params_after, b.windows[-1].params_after
+    return max(oracle.max_error(last_a[name], last_b[name]) for name in last_a)
+
+
 @dataclass
 class Resumed:
     """An uninterrupted run, and the same run resumed from its checkpoint at step `at`."""
@@ -338,8 +344,7 @@ class Resumed:
     @property
     def difference(self):
         """Largest |parameter difference| after the last step of both runs (0.0: bitwise equal)."""
-        a, b = self.full.windows[-1].params_after, self.resumed.windows[-1].params_after
-        return max(oracle.max_error(a[name], b[name]) for name in a)
+        return final_difference(self.full, self.resumed)
 
 
 def train_and_resume(examples, at, workdir=None, **kwargs):

@@ -221,24 +221,32 @@ def _judged(run, seen, rank, rank_local):
 def _evaluate(result, run, world):
     """The case's evaluation on every rank, against the oracle over all ranks' evaluation batches and
     against the unpatched release; into `result` (its worst error included)."""
-    import torch.distributed as dist
 
     import unsloth_diffusion_norm
 
-    from . import experiment, judging, oracle
+    from . import experiment, judging
 
     trainer = run.trainer
     result.eval_loss, evaluated = experiment.evaluate(trainer, EVAL_SEED)
-    everyone = [None] * world
-    dist.all_gather_object(everyone, evaluated)
-    model = run.reference_model
-    model.load_state_dict(trainer.model.state_dict())
-    result.eval_reference = judging.expected_evaluation_loss(model, [s for r in everyone for s in r])
-    result.worst = max(
-        result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
-    )
+    _judge_evaluation(result, run, world, evaluated, judging.expected_evaluation_loss)
     with unsloth_diffusion_norm.unpatched():
         result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
+
+
+def _judge_evaluation(result, run, world, batches, expected_loss):
+    """result.eval_reference: `expected_loss(model, every rank's batches)` at the trained weights; the
+    evaluation's error joins result.worst."""
+    import torch.distributed as dist
+
+    from . import oracle
+
+    everyone = [None] * world
+    dist.all_gather_object(everyone, batches)
+    model = run.reference_model
+    model.load_state_dict(run.trainer.model.state_dict())
+    result.eval_reference = expected_loss(model, [batch for rank in everyone for batch in rank])
+    error = abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
+    result.worst = max(result.worst, error)
 
 
 def _fixed_evaluation(result, case, settings, run, world):
@@ -246,7 +254,7 @@ def _fixed_evaluation(result, case, settings, run, world):
     batches, its examples' positions; and the training with and without evaluating, the field set and unset."""
     import torch.distributed as dist
 
-    from . import experiment, judging, oracle
+    from . import experiment, judging
 
     trainer, rank = run.trainer, dist.get_rank()
     result.eval_loss, seen = experiment.evaluate(trainer, seed=None)
@@ -256,14 +264,7 @@ def _fixed_evaluation(result, case, settings, run, world):
         batch["input_ids"][0].tolist() == eval_rows[m * world + rank] for m, (_, batch) in enumerate(seen)
     )
     keyed = judging.keyed_evaluation(seen, case.seed, world_size=world, rank=rank)
-    everyone = [None] * world
-    dist.all_gather_object(everyone, keyed)
-    model = run.reference_model
-    model.load_state_dict(trainer.model.state_dict())
-    result.eval_reference = judging.expected_fixed_evaluation_loss(model, [b for r in everyone for b in r])
-    result.worst = max(
-        result.worst, abs(result.eval_loss - result.eval_reference) / oracle.tolerance(result.eval_reference)
-    )
+    _judge_evaluation(result, run, world, keyed, judging.expected_fixed_evaluation_loss)
     trainer.args.diffusion_eval_noise = None  # the same weights, the release's own draws
     try:
         result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)
@@ -273,14 +274,7 @@ def _fixed_evaluation(result, case, settings, run, world):
     plain = experiment.train(case.examples(), **{**settings, "eval_strategy": "no"})  # (no evaluation: no field)
     result.eval_training_difference = experiment.divergence(run, plain)
     unset = experiment.train(case.examples(), **settings)  # evaluating at every step with the release's draws
-    result.eval_training_difference_unset = _final_difference(unset, plain)
-
-
-def _final_difference(a, b):
-    from .oracle import max_error
-
-    last_a, last_b = a.windows[-1].params_after, b.windows[-1].params_after
-    return max(max_error(last_a[name], last_b[name]) for name in last_a)
+    result.eval_training_difference_unset = experiment.final_difference(unset, plain)
 
 
 class Notes:

@@ -62,29 +62,22 @@ def build_data(where, settings):
     """(train rows, held-out rows, checkpoint directory): the docstring set split by a fixed seed,
     and a random-initialized model of the tiny model's class at its tokenizer's vocabulary."""
     from datasets import load_dataset
-    from transformers import AutoTokenizer
 
-    from ..proof.tiny_model import write_tiny_checkpoint
     from . import docstring_data
 
     data, tokenizer_folder, _ = docstring_data.write(os.path.join(where, "data"))
     rows = load_dataset("json", data_files=data)["train"].shuffle(seed=settings.seed)
     held = rows.select(range(settings.held_rows))
     train = rows.select(range(settings.held_rows, settings.held_rows + settings.train_rows))
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
-    checkpoint = write_tiny_checkpoint(
+    checkpoint = docstring_data.checkpoint(
         os.path.join(where, "model"),
+        tokenizer_folder,
         seed=settings.seed,
-        vocab_size=len(tokenizer),
         hidden_size=settings.hidden,
         intermediate_size=2 * settings.hidden,
         num_hidden_layers=settings.layers,
         max_position_embeddings=settings.max_length,
     )
-    for name in os.listdir(checkpoint):  # the tiny word-level tokenizer out, the BPE one in
-        if name.startswith(("tokenizer", "special_tokens")):
-            os.remove(os.path.join(checkpoint, name))
-    tokenizer.save_pretrained(checkpoint)
     return train, held, checkpoint
 
 
@@ -298,8 +291,12 @@ def main(argv=None):
     parser.add_argument(
         "--quick", action="store_true", help="the test's settings: k = 2 and 4, 4 steps; exit 1 unless Part 1 holds"
     )
-    parser.add_argument("--json", nargs="?", const="-", help="write the numbers to FILE (alone: on stdout)")
-    parser.add_argument("--plot", help="draw the distance to the reference against step into this PNG")
+    parser.add_argument(
+        "--json", nargs="?", const="-", type=console.writable, help="write the numbers to FILE (alone: on stdout)"
+    )
+    parser.add_argument(
+        "--plot", type=console.writable, help="draw the distance to the reference against step into this PNG"
+    )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Part1()
     try:

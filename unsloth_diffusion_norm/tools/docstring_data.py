@@ -95,3 +95,20 @@ def write(folder, copies=1, vocab_size=4096):
         tokenizer_folder
     )
     return data, tokenizer_folder, len(found)
+
+
+def checkpoint(folder, tokenizer_folder, seed=0, **config):
+    """A random-initialized model of the tiny model's class at the BPE tokenizer's vocabulary (its EOS, PAD and
+    MASK are ids 0, 1, 2, as the tiny model's), written to `folder` with that tokenizer; `config`: the tiny
+    model's config fields (hidden_size, max_position_embeddings, ...). Returns `folder`."""
+    from transformers import AutoTokenizer
+
+    from ..proof.tiny_model import write_tiny_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    write_tiny_checkpoint(folder, seed=seed, vocab_size=len(tokenizer), **config)
+    for name in os.listdir(folder):  # the tiny word-level tokenizer out, the BPE one in
+        if name.startswith(("tokenizer", "special_tokens")):
+            os.remove(os.path.join(folder, name))
+    tokenizer.save_pretrained(folder)
+    return folder
