@@ -20,7 +20,9 @@ from unsloth import FastModel  # before TRL and transformers, as Unsloth asks
 from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
 # isort: split
+import contextlib
 import os
+import sys
 
 import torch
 from datasets import load_dataset, load_from_disk
@@ -61,13 +63,16 @@ def main(script_args, training_args, model_args):
             target_modules=model_args.lora_target_modules or ["q_proj", "k_proj", "v_proj", "o_proj"],
         )
     evaluates = training_args.eval_strategy != "no"  # then the dataset's test split is the eval set
-    trainer = DiffusionTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=load_data(script_args),
-        eval_dataset=load_data(script_args, script_args.dataset_test_split) if evaluates else None,
-        processing_class=tokenizer,
-    )
+    train_dataset = load_data(script_args)
+    eval_dataset = load_data(script_args, script_args.dataset_test_split) if evaluates else None
+    with refused_in_one_line():  # a flag this trainer cannot honour (e.g. the plugin switched off)
+        trainer = DiffusionTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+        )
     print(
         f"diffusion_loss_normalization={training_args.diffusion_loss_normalization!r}, "
         f"diffusion_noise={training_args.diffusion_noise!r}, "
@@ -79,6 +84,19 @@ def main(script_args, training_args, model_args):
     trainer.save_state()
 
 
+@contextlib.contextmanager
+def refused_in_one_line():
+    """A configuration refused where it is checked (ValueError: flags that contradict each other, a flag the
+    switched-off plugin cannot honour) is one line on stderr and exit status 2, as argparse's own errors are."""
+    try:
+        yield
+    except ValueError as error:
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
     parser = TrlParser((ScriptArguments, DiffusionConfig, ModelConfig))
-    main(*parser.parse_args_and_config())
+    with refused_in_one_line():  # DiffusionConfig checks its flags together when the parser builds it
+        arguments = parser.parse_args_and_config()
+    main(*arguments)

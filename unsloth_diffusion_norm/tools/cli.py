@@ -33,6 +33,7 @@ from .console import (
     scratch_space,
     write_json,
 )
+from .console import writable as _writable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,20 +59,6 @@ def _seed(text):
     if not 0 <= value < 2**32:  # Trainer seeds numpy, which takes 0 .. 2**32 - 1
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {2**32 - 1}, not {text!r}")
     return value
-
-
-def _writable(text):
-    """A file path this process can write, checked before any long run starts ('' passes: no file)."""
-    if text:
-        existed = os.path.exists(text)
-        try:
-            with open(text, "a"):
-                pass
-        except OSError as error:
-            raise argparse.ArgumentTypeError(f"cannot write {text!r}: {error.strerror}") from None
-        if not existed:
-            os.remove(text)
-    return text
 
 
 def _setting(text):

@@ -2,6 +2,7 @@
 Failure, the progress lines on stderr, JSON out (stdout or a file), the optional PNG plot, the scratch
 directory a command's leftovers go to, and Unsloth's import."""
 
+import argparse
 import contextlib
 import json
 import math
@@ -98,6 +99,20 @@ def write_json(value, path):
             json.dump(finite(value), f, indent=1)
     except OSError as error:
         raise Failure(f"cannot write {path!r}: {error.strerror}", UNWRITABLE) from None
+
+
+def writable(text):
+    """A file path this process can write, checked before any long run starts ('' passes: no file)."""
+    if text:
+        existed = os.path.exists(text)
+        try:
+            with open(text, "a"):
+                pass
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"cannot write {text!r}: {error.strerror}") from None
+        if not existed:
+            os.remove(text)
+    return text
 
 
 def can_plot():
