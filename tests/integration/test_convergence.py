@@ -1,13 +1,17 @@
-"""Does the fix change the model? Part 1 of scripts/convergence.py in its quick form: batch B at GA k trains the
-model batch B·k at GA 1 trains, with the plugin's window normalization, to float round-off at every AdamW step;
-per-micro-batch normalization drifts away. The per-micro-batch arm is the test's own control: with the plugin's
-normalization out of the way the window arm is that arm, and the assertion fails."""
+"""Does the fix change the model? scripts/convergence.py in its quick form.
+
+Part 1: batch B at GA k trains the model batch B·k at GA 1 trains, with the plugin's window normalization, to
+float round-off at every AdamW step; per-micro-batch normalization drifts away. The per-micro-batch arm is the
+test's own control: with the plugin's normalization out of the way the window arm is that arm, and the
+assertion fails. Part 2: paired seeds at GA 2 with global noise; the held-out draws are the trainer's own fixed
+evaluation noise, and both arms of a seed start from the same model and measure it alike."""
 
 import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.tools import convergence
+from unsloth_diffusion_norm.tools.convergence import seeds
 
 MODE = unsloth_diffusion_norm.apply().mode
 
@@ -26,3 +30,31 @@ def test_quick_part1_the_window_stays_on_the_reference_and_per_micro_batch_does_
     if MODE == registry.PATCHED:  # the flag's per-micro-batch arm is the unpatched release's own run
         assert check == 0.0
     assert "| 2 |" in convergence.render(result)
+
+
+@pytest.mark.once
+def test_quick_part2_paired_seeds_measured_on_the_trainers_own_fixed_evaluation_noise(plugin, tmp_path):
+    settings = convergence.QUICK2
+    found, size, (train_rows, tokenizer_folder) = convergence.part2(settings, str(tmp_path))
+    assert size > 0 and len(train_rows) == settings.train_rows
+    for window, per_micro_batch in zip(found[convergence.WINDOW], found[convergence.MICROBATCH]):
+        assert window.seed == per_micro_batch.seed
+        assert [s for s, _ in window.measured] == list(range(settings.steps + 1))
+        assert window.measured[0] == per_micro_batch.measured[0]  # one initialization, the same held-out draws
+        assert window.measured[-1][1]["objective"] != per_micro_batch.measured[-1][1]["objective"]
+        for arm in (window, per_micro_batch):  # HeldOut's draws are diffusion_eval_noise="fixed"'s, as evaluated
+            measured = arm.measured[-1][1]["eval_loss"]
+            assert abs(arm.held_out - measured) <= 1e-5 * abs(measured), (arm.label, arm.held_out, measured)
+        assert len(window.log) == settings.steps and all("grad_norm" in entry for entry in window.log)
+    part = seeds.report(found, size, settings)
+    objective = part["summary"]["objective"]
+    difference = objective[convergence.MICROBATCH]["difference"]
+    assert difference["per_seed"] == [
+        b.measured[-1][1]["objective"] - a.measured[-1][1]["objective"]
+        for a, b in zip(found[convergence.WINDOW], found[convergence.MICROBATCH])
+    ]
+    assert difference["low"] <= difference["mean"] <= difference["high"]
+    part["impact"] = seeds.impact_beside(train_rows, tokenizer_folder, settings, str(tmp_path), settings.seeds[0])
+    assert 0 < part["impact"]["share"] < 1
+    table = seeds.render(part)
+    assert "| objective |" in table and "verdict: per-micro-batch − window" in table and "impact on the same" in table

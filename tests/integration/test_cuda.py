@@ -114,6 +114,20 @@ def test_doctor_self_check_on_cuda(fp32, record_property):
     assert report["device"].startswith("cuda")
 
 
+@pytest.mark.cuda
+@on_cuda
+def test_convergence_gpu_preset_in_its_quick_form(tmp_path):
+    """scripts/convergence.py --gpu's code at the tiny size: paired seeds trained in bf16 on the GPU, held-out draws
+    the trainer's own fixed evaluation noise (bf16 training, fp32 measurement: the two read the same weights)."""
+    from unsloth_diffusion_norm.tools.convergence import WINDOW, part2, seeds
+
+    found, size, _ = part2(seeds.GPU_QUICK, str(tmp_path))
+    for arm in found[WINDOW]:
+        assert [s for s, _ in arm.measured] == list(range(seeds.GPU_QUICK.steps + 1))
+        assert abs(arm.held_out - arm.measured[-1][1]["eval_loss"]) <= oracle.BF16_RTOL * abs(arm.held_out)
+    assert "| objective |" in seeds.render(seeds.report(found, size, seeds.GPU_QUICK))
+
+
 # --- what of the tier a CPU can run: its own code at device="cpu", so that a slip shows before a GPU run (the
 # helpers it shares with test_oracle_cases.py and test_field.py run in those files' CPU tests) -------------------
 

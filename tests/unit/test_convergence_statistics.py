@@ -1,0 +1,35 @@
+"""Part 2's statistics (scripts/convergence.py): the interval of a mean over seeds and the paired difference."""
+
+import math
+
+import pytest
+
+from unsloth_diffusion_norm.tools.convergence import seeds
+from unsloth_diffusion_norm.tools.convergence.runs import MICROBATCH, WINDOW, Arm
+
+
+def test_interval_is_students_t_at_95_percent():
+    mean, low, high, sd = seeds.interval([1.0, 2.0, 3.0])
+    assert (mean, sd) == (2.0, 1.0)
+    assert high - mean == pytest.approx(4.303 / math.sqrt(3)) and mean - low == pytest.approx(high - mean)
+    assert seeds.interval([5.0])[1:] == (None, None, None)  # one seed: no interval
+    assert seeds.T95[4] == 2.776 and seeds.T95[7] == 2.365  # 5 and 8 seeds
+
+
+def _arms(finals, name):
+    return [Arm(name, 1, 8, name, seed, measured=[(0, {"objective": v, "bound": v / 2})]) for seed, v in enumerate(finals)]
+
+
+def test_the_paired_difference_is_taken_seed_by_seed_and_judged_against_the_seed_spread():
+    window, per_micro_batch = [10.0, 12.0, 14.0, 11.0, 13.0], [10.5, 12.4, 14.6, 11.5, 13.5]
+    found = {WINDOW: _arms(window, WINDOW), MICROBATCH: _arms(per_micro_batch, MICROBATCH)}
+    for arm in found[WINDOW] + found[MICROBATCH]:
+        arm.measured[0][1]["accuracy"] = [0.5, None, 0.5, 0.5, 0.5]
+    summed = seeds.summary(found)
+    difference = summed["objective"][MICROBATCH]["difference"]
+    assert difference["per_seed"] == pytest.approx([0.5, 0.4, 0.6, 0.5, 0.5])
+    assert difference["mean"] == pytest.approx(0.5) and difference["low"] > 0  # paired: the seeds' spread cancels
+    assert summed["objective"][WINDOW]["low"] < 10.5  # unpaired, each arm's interval is wide
+    assert "accuracy 0.2-0.4" in summed and summed["accuracy 0.2-0.4"] == {}  # no token fell in that bin
+    (line,) = seeds.verdict(summed)
+    assert "significant at 95 % (worse than the window)" in line and "0.32 times the spread between seeds" in line
