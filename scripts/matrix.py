@@ -290,6 +290,9 @@ def main(argv=None):
     parser.add_argument("--page", help="rewrite the compatibility table in this markdown page from the results")
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from saved results, run nothing")
     parser.add_argument(
+        "--build-only", action="store_true", help="build the legs' environments (.matrix/<leg>/), test nothing"
+    )
+    parser.add_argument(
         "--remove-after", action="store_true", help="delete each leg's environment once tested (CI: ~3 GB a leg)"
     )
     ARGS = parser.parse_args(argv)
@@ -308,6 +311,12 @@ def main(argv=None):
             open(log, "w").close()
             t = time.time()
             result = {**leg.__dict__, "name": leg.name}
+            if ARGS.build_only:
+                built = build(leg, where, log)
+                print(f"{leg.name}: {'built' if built else 'build failed'} ({round(time.time() - t)} s; log {log})")
+                if not built:
+                    return 1
+                continue
             if build(leg, where, log):
                 result.update(build_seconds=round(time.time() - t), **test(leg, where, log))
             else:
@@ -321,6 +330,8 @@ def main(argv=None):
                 flush=True,
             )
             results.append(result)
+        if ARGS.build_only:
+            return 0
         print(f"matrix: {len(results)} legs in {round(time.time() - started)} s")
         if (ARGS.legs or ARGS.skip) and os.path.exists(ARGS.results):  # a partial run updates its legs only
             fresh = {r["name"]: r for r in results}

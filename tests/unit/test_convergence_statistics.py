@@ -17,7 +17,9 @@ def test_interval_is_students_t_at_95_percent():
 
 
 def _arms(finals, name):
-    return [Arm(name, 1, 8, name, seed, measured=[(0, {"objective": v, "bound": v / 2})]) for seed, v in enumerate(finals)]
+    return [
+        Arm(name, 1, 8, name, seed, measured=[(0, {"objective": v, "bound": v / 2})]) for seed, v in enumerate(finals)
+    ]
 
 
 def test_the_paired_difference_is_taken_seed_by_seed_and_judged_against_the_seed_spread():
@@ -31,5 +33,29 @@ def test_the_paired_difference_is_taken_seed_by_seed_and_judged_against_the_seed
     assert difference["mean"] == pytest.approx(0.5) and difference["low"] > 0  # paired: the seeds' spread cancels
     assert summed["objective"][WINDOW]["low"] < 10.5  # unpaired, each arm's interval is wide
     assert "accuracy 0.2-0.4" in summed and summed["accuracy 0.2-0.4"] == {}  # no token fell in that bin
-    (line,) = seeds.verdict(summed)
+    (line,) = seeds.verdict(summed, seeds.NAMES)
     assert "significant at 95 % (worse than the window)" in line and "0.32 times the spread between seeds" in line
+
+
+def test_a_native_arm_is_taken_only_from_a_native_run_at_the_same_settings(tmp_path):
+    import argparse
+    import dataclasses
+    import json
+
+    from unsloth_diffusion_norm.tools import console, convergence
+
+    settings = convergence.QUICK2
+    row = {"seed": 0, "seconds": 1.0, "measured": [[0, {"objective": 1.0}]], "log": [], "trainer_eval_loss": 1.0}
+    part = {"settings": dataclasses.asdict(settings), "per_seed": {WINDOW: [row]}}
+    written = tmp_path / "native.json"
+    written.write_text(json.dumps({"mode": "native", "unsloth": "2026.10.9", "part2": part}))
+    (arm,) = seeds.native_arms(convergence._native(str(written)), settings)
+    assert (arm.label, arm.seed, arm.measured) == ("Unsloth's fix (2026.10.9)", 0, [[0, {"objective": 1.0}]])
+    with pytest.raises(console.Failure, match="differ from this run's in steps"):
+        seeds.native_arms(json.loads(written.read_text()), dataclasses.replace(settings, steps=4))
+    written.write_text(json.dumps({"mode": "patched", "unsloth": "2026.10.6", "part2": part}))
+    with pytest.raises(argparse.ArgumentTypeError, match="not a Part 2 run with a window arm on a natively fixed"):
+        convergence._native(str(written))
+    assert convergence._arms("window") == (WINDOW,)
+    with pytest.raises(argparse.ArgumentTypeError, match="arms are window, microbatch"):
+        convergence._arms("window,native")

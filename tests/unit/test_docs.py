@@ -97,3 +97,17 @@ def test_every_image_under_docs_is_used():
     }
     unused = [p.relative_to(ROOT).as_posix() for p in IMAGES if p.resolve() not in used]
     assert not unused, f"not referenced by README.md or any docs page: {unused}"
+
+
+# Words about how the project is built rather than about what a user has (a CUDA machine, perhaps without
+# network): the docs, the scripts and the README speak of the project itself.
+MACHINERY = re.compile(r"device tool|\blent\b|KINDS\.md|timeout_s|carry \[", re.I)
+
+
+def test_the_project_speaks_of_itself_only():
+    scripts = [p for p in (ROOT / "scripts").rglob("*") if p.is_file() and p.suffix in {".py", ".sh", ".txt", ".md"}]
+    found = {
+        str(path.relative_to(ROOT)): MACHINERY.findall(path.read_text(encoding="utf-8"))
+        for path in [README, *PAGES, *scripts]
+    }
+    assert {path: words for path, words in found.items() if words} == {}

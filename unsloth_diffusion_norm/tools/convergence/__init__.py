@@ -37,8 +37,10 @@ __all__ = [
 ]
 
 
-def run(part1_settings, part2_settings, workdir, say):
-    """The JSON of the parts given settings (None: that part does not run)."""
+def run(part1_settings, part2_settings, workdir, say, arms=None, native=None):
+    """The JSON of the parts given settings (None: that part does not run); Part 2 trains `arms` (default: the
+    window and per-micro-batch arms) and adds `native`'s window arm (the JSON of a Part 2 run on a natively
+    fixed release, at the same settings) as a third."""
     from . import seeds
 
     result = {}
@@ -51,7 +53,9 @@ def run(part1_settings, part2_settings, workdir, say):
     if part2_settings is not None:
         settings = part2_settings
         say(seeds.describe(settings))
-        found, size, (train_rows, tokenizer_folder) = part2(settings, workdir, say)
+        found, size, (train_rows, tokenizer_folder) = part2(settings, workdir, say, arms or seeds.ARMS)
+        if native is not None:
+            found[seeds.NATIVE] = seeds.native_arms(native, settings)
         result["part2"] = seeds.report(found, size, settings)
         say("impact on the same rows and settings")
         result["part2"]["impact"] = seeds.impact_beside(
@@ -70,9 +74,7 @@ def render_all(result):
     if "part2" in result:
         part = result["part2"]
         lines += [
-            "Part 2, convergence at batch 1, GA 8: "
-            + seeds.describe(Part2(**_tuples(part["settings"])))
-            + f"; {part['parameters']:,} parameters",
+            seeds.describe(Part2(**_tuples(part["settings"]))) + f"; {part['parameters']:,} parameters",
             "",
             seeds.render(part),
         ]
@@ -105,6 +107,35 @@ def draw(result, path):
     plt.close(figure)
 
 
+def _arms(text):
+    import argparse
+
+    from .seeds import ARMS
+
+    arms = tuple(dict.fromkeys(a.strip() for a in text.split(",")))
+    if not arms or any(a not in ARMS for a in arms):
+        raise argparse.ArgumentTypeError(f"arms are {', '.join(ARMS)}, comma-separated; not {text!r}")
+    return arms
+
+
+def _native(path):
+    """The JSON of a Part 2 run on a natively fixed release, read whole before anything runs."""
+    import argparse
+    import json
+
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {error}") from None
+    if found.get("mode") != "native" or "window" not in found.get("part2", {}).get("per_seed", {}):
+        raise argparse.ArgumentTypeError(
+            f"{path} is not a Part 2 run with a window arm on a natively fixed Unsloth (2026.10.7+): "
+            f"mode {found.get('mode')!r}"
+        )
+    return found
+
+
 NO_CUDA = "--gpu needs a CUDA device, and torch.cuda.is_available() is False here"
 
 
@@ -135,6 +166,18 @@ def main(argv=None):
         "skipped, with the reason, where CUDA is not available",
     )
     parser.add_argument(
+        "--arms",
+        type=_arms,
+        help="Part 2's arms to train, comma-separated: window, microbatch (default: both)",
+    )
+    parser.add_argument(
+        "--native",
+        type=_native,
+        metavar="FILE",
+        help="add the window arm of this Part 2 JSON, written on Unsloth 2026.10.7+ at the same settings, as a "
+        "third arm (Unsloth's own fix)",
+    )
+    parser.add_argument(
         "--json", nargs="?", const="-", type=console.writable, help="write the numbers to FILE (alone: on stdout)"
     )
     parser.add_argument("--plot", type=console.writable, help="draw the curves into this PNG")
@@ -159,7 +202,8 @@ def main(argv=None):
 
             first = (QUICK if args.quick else Part1()) if 1 in parts else None
             second = (seeds.GPU_QUICK if args.quick else seeds.GPU) if args.gpu else (QUICK2 if args.quick else Part2())
-            result = run(first, second if 2 in parts else None, workdir, progress.say)
+            result = run(first, second if 2 in parts else None, workdir, progress.say, args.arms, args.native)
+        result["mode"] = state.mode
         result["unsloth"], result["seconds"] = state.unsloth_version, round(time.perf_counter() - started, 1)
         if args.json == "-":
             console.print_json(result)

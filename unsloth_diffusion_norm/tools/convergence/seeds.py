@@ -14,7 +14,17 @@ from .heldout import NOISE_BINS, HeldOut
 from .runs import MICROBATCH, WINDOW, Arm, Training, model_for, parameter_count, split, train
 
 ARMS = (WINDOW, MICROBATCH)
-NAMES = {WINDOW: "window (plugin)", MICROBATCH: "per-micro-batch", "native": "Unsloth's fix (2026.10.7+)"}
+NATIVE = "native"  # the window arm of a run on a natively fixed release (--native): Unsloth's own fix
+NAMES = {WINDOW: "window (plugin)", MICROBATCH: "per-micro-batch", NATIVE: "Unsloth's fix"}  # the arms' labels
+
+
+def _label(name):
+    """An arm's label; on a natively fixed release the window arm is Unsloth's own fix."""
+    from ... import activation, registry
+
+    return "window (Unsloth's own)" if name == WINDOW and activation.status().mode == registry.NATIVE else NAMES[name]
+
+
 METRICS = ("objective", "bound")  # the held-out figures the verdict and the table are about (lower is better)
 # Student's t, two-sided 95 %, by degrees of freedom (seeds - 1): the interval of a mean over a few seeds.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -66,7 +76,9 @@ def part2(settings, workdir, progress=None, arms=ARMS):
         checkpoint = model_for(os.path.join(workdir, "models"), tokenizer_folder, settings, seed)
         size = parameter_count(checkpoint)
         for name in arms:
-            arm = Arm(NAMES.get(name, name), settings.batch, settings.ga, name if name != "native" else WINDOW, seed)
+            arm = Arm(_label(name), settings.batch, settings.ga, name, seed)
+            if progress is not None:
+                progress(f"seed {seed} {name}: training")
             train(
                 arm,
                 train_rows,
@@ -83,8 +95,26 @@ def part2(settings, workdir, progress=None, arms=ARMS):
             found[name].append(arm)
             if progress is not None:
                 final = arm.measured[-1][1]
-                progress(f"seed {seed} {name}: held-out objective {final['objective']:.4f} ({arm.seconds} s)")
+                progress(f"seed {seed} {name}: held-out objective {final['objective']:.4f}, {arm.seconds} s")
     return found, size, (train_rows, tokenizer_folder)
+
+
+def native_arms(found, settings):
+    """The window arm of `found` (a Part 2 JSON written on a natively fixed release) as Arms, refused unless it
+    ran at these settings: the same seeds, data, model and schedule, so its seeds pair with this run's."""
+    import json
+
+    from ..console import Failure
+
+    theirs, ours = found["part2"]["settings"], json.loads(json.dumps(dataclasses.asdict(settings)))
+    if theirs != ours:
+        differ = sorted(name for name in ours if theirs.get(name) != ours[name])
+        raise Failure(f"--native: that run's Part 2 settings differ from this run's in {', '.join(differ)}")
+    label = f"{NAMES[NATIVE]} ({found['unsloth']})"
+    return [
+        Arm(label, settings.batch, settings.ga, WINDOW, row["seed"], measured=row["measured"], log=row["log"])
+        for row in found["part2"]["per_seed"][WINDOW]
+    ]
 
 
 def interval(values):
@@ -130,7 +160,7 @@ def summary(found):
     return out
 
 
-def verdict(summed, metric="objective"):
+def verdict(summed, labels, metric="objective"):
     """The verdict in plain words, for each arm against the window: the paired difference, whether its 95 %
     interval leaves out 0, and its size against the spread between seeds."""
     row, lines = summed[metric], []
@@ -142,7 +172,7 @@ def verdict(summed, metric="objective"):
         significant = d["low"] > 0 or d["high"] < 0
         size = abs(d["mean"]) / spread if spread else float("inf")
         lines.append(
-            f"{NAMES.get(name, name)} − window, held-out {metric}: {d['mean']:+.4f} (95 % interval "
+            f"{labels[name]} − window, held-out {metric}: {d['mean']:+.4f} (95 % interval "
             f"{d['low']:+.4f} to {d['high']:+.4f}, {len(d['per_seed'])} paired seeds): "
             + (
                 f"significant at 95 % ({'worse' if d['mean'] > 0 else 'better'} than the window)"
@@ -182,7 +212,7 @@ def curves(found):
 
 
 def report(found, size, settings):
-    summed = summary(found)
+    summed, labels = summary(found), {name: arms[0].label for name, arms in found.items()}
     return {
         "settings": dataclasses.asdict(settings),
         "parameters": size,
@@ -190,10 +220,21 @@ def report(found, size, settings):
             name: [{"seed": arm.seed, "seconds": arm.seconds, "measured": arm.measured, "log": arm.log} for arm in arms]
             for name, arms in found.items()
         },
+        "labels": labels,
         "summary": summed,
         "curves": curves(found),
-        "verdict": verdict(summed),
+        "verdict": verdict(summed, labels),
+        "native_vs_window": _largest_difference(found, NATIVE) if NATIVE in found else None,
     }
+
+
+def _largest_difference(found, name):
+    """The largest |held-out objective of `name` − the window's| at any measured step of any seed."""
+    return max(
+        abs(a[1]["objective"] - w[1]["objective"])
+        for arm, window in zip(found[name], found[WINDOW])
+        for a, w in zip(arm.measured, window.measured)
+    )
 
 
 def impact_beside(train_rows, tokenizer_folder, settings, workdir, seed):
@@ -229,9 +270,9 @@ def render(part):
             return f"{found['mean']:.{digits}f}"
         return f"{found['mean']:.{digits}f} [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
 
-    names = [name for name in NAMES if name in part["per_seed"]]
-    header = ["held-out, final step"] + [f"{NAMES[n]}: mean [95 %]" for n in names]
-    header += [f"{NAMES[n]} − window [95 %]" for n in names if n != WINDOW] + ["seed SD (window)"]
+    names, labels = list(part["per_seed"]), part["labels"]
+    header = ["held-out, final step"] + [f"{labels[n]}: mean [95 %]" for n in names]
+    header += [f"{labels[n]} − window [95 %]" for n in names if n != WINDOW] + ["seed SD (window)"]
     body = []
     for metric, row in part["summary"].items():
         cells = [metric] + [cell(row.get(n)) for n in names]
@@ -239,6 +280,11 @@ def render(part):
         cells.append(f"{row[WINDOW]['sd']:.4f}" if WINDOW in row and row[WINDOW]["sd"] is not None else "—")
         body.append(cells)
     lines = tables.markdown(header, body) + [""] + [f"verdict: {line}" for line in part["verdict"]]
+    if part.get("native_vs_window") is not None:
+        lines.append(
+            f"{labels[NATIVE]} against the window, held-out objective at every measured step of every seed: "
+            f"largest |difference| {part['native_vs_window']:.3g}"
+        )
     if part.get("impact"):
         i = part["impact"]
         lines.append(
@@ -261,7 +307,7 @@ def draw(part, axes):
     """Four panels: the held-out objective against step with 95 % bands over seeds, the paired difference
     against the window with its band, and the training loss and gradient norm (means over seeds) per arm."""
     for name, found in part["curves"].items():
-        label = NAMES.get(name, name)
+        label = part["labels"][name]
         color = _band(axes[0], found["steps"], found["objective"], label)
         if "difference" in found:
             _band(axes[1], found["steps"], found["difference"], f"{label} − window", color)

@@ -58,16 +58,15 @@ class Estimate:
         where = (
             f"; tokens at noise level {worst[0]:.1f}-{worst[1]:.1f} got {worst[2]:.2f}x their weight" if worst else ""
         )
+        # The bands are a rule of thumb: one measurement (docs/convergence.md) cannot place their edges.
         if pct < 1:
-            words = (
-                "negligible: the run is close to what NVIDIA's normalization trains; retraining is unlikely to matter"
-            )
+            words = "negligible, by a rule of thumb: retraining is unlikely to matter"
         elif pct < 5:
-            words = "small: a mild re-weighting; retrain only if you need the reference recipe exactly"
+            words = "small, by a rule of thumb: retrain only if you need the reference recipe exactly"
         elif pct < 15:
-            words = "noticeable: the run trained with a different time and length weighting; consider retraining"
+            words = "noticeable, by a rule of thumb: the run trained with another time and length weighting; consider retraining"
         else:
-            words = "large: a substantially different objective; retrain with the plugin (window normalization)"
+            words = "large, by a rule of thumb: a substantially different objective; retraining with the plugin is the safe choice"
         return f"{pct:.1f} % of each step's loss weight moved ({words}){where}."
 
 
