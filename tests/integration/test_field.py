@@ -375,34 +375,25 @@ def _example(workdir, output, *argv):
 
 
 @pytest.mark.fresh_interpreter
-def test_example_script_trains_with_the_flag_from_the_command_line(workdir):
-    # (with keyed evaluation at every step, two draws per example, on the data's one split)
+def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_line(workdir):
+    # One process, as a user runs it: the sample YAML as shipped (LoRA, clipping, the flag), its paths and length
+    # overridden on the command line, which also sets the flags and keyed evaluation at every step (two draws per
+    # example, on the data's one split). Parsing the command line alone: test_flags_parse_from_the_command_line.
     evaluation = ["--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split", "train"]
     keyed = ["--diffusion_eval_noise", "fixed", "--diffusion_eval_draws", "2"]
     out, steps, losses = _example(
         workdir,
-        "from-cli",
-        "--trust_remote_code",
-        "true",
+        "from-yaml",
+        "--config",
+        os.path.join(os.path.dirname(EXAMPLE), "train.yaml"),
         "--diffusion_loss_normalization",
         "window",
         *evaluation,
         *keyed,
     )
-    assert (
-        f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out and "diffusion_loss_normalization='window'" in out
-    )
+    assert f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out
+    assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
     assert "diffusion_eval_noise='fixed'" in out
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
-    state = json.loads((workdir / "from-cli" / "trainer_state.json").read_text())
+    state = json.loads((workdir / "from-yaml" / "trainer_state.json").read_text())
     assert len([entry for entry in state["log_history"] if "eval_loss" in entry]) == 2
-
-
-@pytest.mark.fresh_interpreter
-def test_example_script_trains_from_its_sample_yaml(workdir):
-    # The sample YAML as shipped (LoRA, clipping, the flag), its paths and length overridden on the command line.
-    out, steps, losses = _example(
-        workdir, "from-yaml", "--config", os.path.join(os.path.dirname(EXAMPLE), "train.yaml")
-    )
-    assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
-    assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
