@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint matrix mutation convergence clean
+.PHONY: setup reproduce test test-fast lint dist matrix mutation convergence clean
 
 setup: $(VENV)/.installed
 
@@ -49,6 +49,13 @@ lint: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
+# The release: the wheel and the sdist into dist/, checked by twine (seconds; tests/unit/test_wheel.py holds the
+# wheel's contents).
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist .
+	$(BIN)/twine check dist/*
+
 # Every supported Unsloth release (and the oldest transformers / TRL that work), one environment per
 # leg under .matrix/, the tiers that tell releases apart in each; rewrites docs/compatibility.md's table.
 matrix: setup
@@ -75,4 +82,4 @@ mutation: setup
 	$(BIN)/python scripts/mutation.py report
 
 clean:
-	rm -rf $(VENV) .matrix unsloth_compiled_cache mutants
+	rm -rf $(VENV) .matrix unsloth_compiled_cache mutants dist build
