@@ -47,6 +47,7 @@ def test_quick_part2_paired_seeds_measured_on_the_trainers_own_fixed_evaluation_
             assert abs(arm.held_out - measured) <= 1e-5 * abs(measured), (arm.label, arm.held_out, measured)
         assert len(window.log) == settings.steps and all("grad_norm" in entry for entry in window.log)
     part = seeds.report(found, size, settings)
+    assert part["per_seed"][convergence.WINDOW][0]["trainer_eval_loss"] == found[convergence.WINDOW][0].held_out
     objective = part["summary"]["objective"]
     difference = objective[convergence.MICROBATCH]["difference"]
     assert difference["per_seed"] == [

@@ -25,6 +25,7 @@ def _label(name):
     return "window (Unsloth's own)" if name == WINDOW and activation.status().mode == registry.NATIVE else NAMES[name]
 
 
+LOGGED = ("step", "loss", "grad_norm", "learning_rate")  # of the trainer's log, per optimizer step
 METRICS = ("objective", "bound")  # the held-out figures the verdict and the table are about (lower is better)
 # Student's t, two-sided 95 %, by degrees of freedom (seeds - 1): the interval of a mean over a few seeds.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -217,7 +218,16 @@ def report(found, size, settings):
         "settings": dataclasses.asdict(settings),
         "parameters": size,
         "per_seed": {
-            name: [{"seed": arm.seed, "seconds": arm.seconds, "measured": arm.measured, "log": arm.log} for arm in arms]
+            name: [
+                {
+                    "seed": arm.seed,
+                    "seconds": arm.seconds,
+                    "trainer_eval_loss": arm.held_out,  # evaluate() under the fixed noise: the check of HeldOut
+                    "measured": arm.measured,
+                    "log": [{key: entry.get(key) for key in LOGGED} for entry in arm.log],
+                }
+                for arm in arms
+            ]
             for name, arms in found.items()
         },
         "labels": labels,
