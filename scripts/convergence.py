@@ -1,6 +1,7 @@
-"""Does the fix change the model? python scripts/convergence.py [--quick] [--json [FILE]] [--plot FILE]
+"""Does the fix change the model? python scripts/convergence.py [--quick] [--part 1|2] [--arms A,B] [--native FILE]
+[--gpu] [--json [FILE]] [--plot FILE]
 
-See unsloth_diffusion_norm/tools/convergence.py and docs/convergence.md.
+See unsloth_diffusion_norm/tools/convergence/ and docs/convergence.md; `make convergence` runs the documented study.
 """
 
 import os
