@@ -60,10 +60,15 @@ def test_readme_is_at_most_15000_characters():
     assert size <= 15_000, f"README.md is {size} characters; move detail to a page under docs/"
 
 
-def test_readme_first_60_lines_hold_the_usage_line_and_the_two_commands():
-    head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:60])
-    code = "\n".join(block for block in FENCE.findall(head))
+def test_readme_first_80_lines_answer_the_five_questions_and_it_holds_the_two_commands():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    head = "\n".join(lines[:80])
+    for heading in ("What it fixes", "Am I affected?", "Install", "The one line", "Check it"):
+        assert re.search(rf"^## {re.escape(heading)}$", head, re.M), f"{heading!r} in the first 80 lines"
+    code = "\n".join(FENCE.findall(head))
     assert re.search(r"^import unsloth_diffusion_norm\b", code, re.M), "the usage line, in a code block"
+    assert "unsloth-diffusion-norm doctor" in code and "Self-check" in code, "doctor and its expected lines"
+    code = "\n".join(FENCE.findall("\n".join(lines)))
     for command in ("make reproduce", "make test"):
         assert re.search(rf"^{command}\b", code, re.M), f"{command!r}, in a code block"
 
