@@ -202,6 +202,8 @@ def main(argv=None):
 
             first = (QUICK if args.quick else Part1()) if 1 in parts else None
             second = (seeds.GPU_QUICK if args.quick else seeds.GPU) if args.gpu else (QUICK2 if args.quick else Part2())
+            if args.native is not None and 2 in parts:  # refused before the training, not after it
+                seeds.native_arms(args.native, second)
             result = run(first, second if 2 in parts else None, workdir, progress.say, args.arms, args.native)
         result["mode"] = state.mode
         result["unsloth"], result["seconds"] = state.unsloth_version, round(time.perf_counter() - started, 1)
