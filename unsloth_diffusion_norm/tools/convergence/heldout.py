@@ -56,7 +56,7 @@ class HeldOut:
         with torch.no_grad():
             return self._measure(model)
 
-    def _measure(self, model):
+    def _measure(self, model):  # (under no_grad)
         import torch
         import torch.nn.functional as F
 

@@ -114,11 +114,24 @@ def _recorder(arm, record_params, held_out, every):
     return Record()
 
 
-def train(arm, train_rows, held, checkpoint, settings, workdir, noise="per_sample", evaluate=True, **record):
-    """One arm through the real DiffusionTrainer; fills arm.params (record_params, default on), arm.log,
-    arm.measured (held_out: a HeldOut measured every `every` steps), arm.held_out (`evaluate`: the trainer's
-    evaluate() under fixed evaluation noise) and arm.seconds; `settings`: a Training."""
+def train(
+    arm,
+    train_rows,
+    held,
+    checkpoint,
+    settings,
+    workdir,
+    noise="per_sample",
+    evaluate=True,
+    record_params=True,
+    held_out=None,
+    every=1,
+):
+    """One arm through the real DiffusionTrainer; fills arm.params (`record_params`), arm.log, arm.measured
+    (`held_out`: a HeldOut measured every `every` steps), arm.held_out (`evaluate`: the trainer's evaluate()
+    under fixed evaluation noise) and arm.seconds; `settings`: a Training."""
     started = time.perf_counter()
+    record = (record_params, held_out, every)
     _train(arm, train_rows, held, checkpoint, settings, workdir, noise, evaluate, record)
     arm.seconds = round(time.perf_counter() - started, 1)
     return arm
@@ -164,10 +177,10 @@ def _train(arm, train_rows, held, checkpoint, settings, workdir, noise, evaluate
         trainer = DiffusionTrainer(
             model=model, args=args, train_dataset=train_rows, eval_dataset=held, processing_class=tokenizer
         )
-        held_out = record.get("held_out")
+        record_params, held_out, every = record
         if held_out is not None:
             held_out = held_out.bind(trainer)
-        trainer.add_callback(_recorder(arm, record.get("record_params", True), held_out, record.get("every", 1)))
+        trainer.add_callback(_recorder(arm, record_params, held_out, every))
         trainer.train()
         arm.log = [entry for entry in trainer.state.log_history if "loss" in entry]
         arm.held_out = trainer.evaluate()["eval_loss"] if evaluate else None

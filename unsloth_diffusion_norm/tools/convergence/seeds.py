@@ -130,33 +130,26 @@ def interval(values):
     return mean, mean - half, mean + half, sd
 
 
-def _final(arm, metric):
-    return arm.measured[-1][1][metric]
+def _stats(values):
+    return dict(zip(("mean", "low", "high", "sd"), interval(values)), per_seed=values)
 
 
 def summary(found):
     """Per metric (and accuracy bin): each arm's interval over the seeds and the paired difference of every arm
     against the window (arm − window, seed by seed)."""
-    names = list(found)
-    metrics = list(METRICS) + [f"accuracy {lo:.1f}-{hi:.1f}" for lo, hi in zip(NOISE_BINS, NOISE_BINS[1:])]
-
-    def value(arm, metric):
-        if metric.startswith("accuracy"):
-            bin_ = [f"accuracy {lo:.1f}-{hi:.1f}" for lo, hi in zip(NOISE_BINS, NOISE_BINS[1:])].index(metric)
-            return arm.measured[-1][1]["accuracy"][bin_]
-        return _final(arm, metric)
-
+    metrics = {name: (lambda final, name=name: final[name]) for name in METRICS}
+    for i, (lo, hi) in enumerate(zip(NOISE_BINS, NOISE_BINS[1:])):
+        metrics[f"accuracy {lo:.1f}-{hi:.1f}"] = lambda final, i=i: final["accuracy"][i]
     out = {}
-    for metric in metrics:
+    for metric, read in metrics.items():
         row = {}
-        for name in names:
-            values = [value(arm, metric) for arm in found[name]]
-            if None in values:
+        for name, arms in found.items():
+            values = [read(arm.measured[-1][1]) for arm in arms]
+            if None in values:  # no masked token fell in that bin for some seed
                 continue
-            row[name] = dict(zip(("mean", "low", "high", "sd"), interval(values)), per_seed=values)
+            row[name] = _stats(values)
             if name != WINDOW and WINDOW in row:
-                paired = [a - b for a, b in zip(values, row[WINDOW]["per_seed"])]
-                row[name]["difference"] = dict(zip(("mean", "low", "high", "sd"), interval(paired)), per_seed=paired)
+                row[name]["difference"] = _stats([a - b for a, b in zip(values, row[WINDOW]["per_seed"])])
         out[metric] = row
     return out
 
