@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint dist matrix mutation convergence clean
+.PHONY: setup reproduce test test-fast lint dist wheel-check matrix mutation convergence clean
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,11 @@ dist: setup
 	rm -rf dist
 	$(BIN)/python -m build --no-isolation --outdir dist .
 	$(BIN)/twine check dist/*
+
+# The wheel as a user gets it: installed (not editable) into a fresh environment beside the pinned stack, and
+# `--version`, `status`, `reproduce` and `doctor` run from outside the checkout (under a minute).
+wheel-check: dist
+	scripts/wheel_check.sh
 
 # Every supported Unsloth release (and the oldest transformers / TRL that work), one environment per
 # leg under .matrix/, the tiers that tell releases apart in each; rewrites docs/compatibility.md's table.

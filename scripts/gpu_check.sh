@@ -3,7 +3,7 @@
 # checkout whose .whl/ holds the device kit (scripts/device_kit.sh, run first where there is network, then the
 # checkout copied over with its .whl/):
 #
-#   OUT=<a folder> scripts/gpu_check.sh      (about 9 minutes at the most)
+#   OUT=<a folder> scripts/gpu_check.sh      (at most 8 minutes; 3 on an H200)
 #
 # 1. installs .whl/common and one release's wheels into a target per release (/tmp/udn-site/<release>);
 # 2. prints the stack it got: the GPU, torch, CUDA and every package the tier uses, with where it came from;
@@ -26,7 +26,7 @@ WORK=$(mktemp -d /tmp/udn-gpu-XXXX)
 PYTHON=${PYTHON:-python3}
 case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON") ;; esac # steps cd elsewhere
 # Seconds per step (install per release, stack, tier, bench on the chunked release, bench on the native one,
-# table): at most 479 in all with three releases; docs/gpu.md estimates ~380.
+# table): at most 479 in all with three releases; 178 on an H200 (docs/gpu.md).
 LIMIT_INSTALL=10 LIMIT_STACK=20 LIMIT_TIER=160 LIMIT_BENCH=150 LIMIT_NATIVE=110 LIMIT_TABLE=9
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
