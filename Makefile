@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint dist wheel-check matrix mutation convergence clean
+.PHONY: setup reproduce test test-fast lint dist wheel-check docs-outputs matrix mutation convergence clean
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,11 @@ dist: setup
 	rm -rf dist
 	$(BIN)/python -m build --no-isolation --outdir dist .
 	$(BIN)/twine check dist/*
+
+# The docs' real-output blocks of the commands users run, rerun and stamped with the commit and the versions
+# (scripts/docs_outputs.py; commit the code first). Under a minute.
+docs-outputs: setup
+	$(RUN) $(BIN)/python scripts/docs_outputs.py
 
 # The wheel as a user gets it: installed (not editable) into a fresh environment beside the pinned stack, and
 # `--version`, `status`, `reproduce` and `doctor` run from outside the checkout (under a minute).

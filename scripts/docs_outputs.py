@@ -1,0 +1,142 @@
+"""The docs' real-output blocks of the commands users run, made by one command on one commit: `make docs-outputs`.
+
+A block is the fenced code block right after a marker line `<!-- output: NAME -->` in a page. Its first line is
+the command and its stamp, `$ COMMAND   # at COMMIT · Unsloth X · transformers Y · TRL Z · torch W`; the rest is
+what the command printed, shortened where BLOCKS says so (a shortened block says "shortened" in its stamp line).
+
+    python scripts/docs_outputs.py              # run every block's command, rewrite the blocks in place
+    python scripts/docs_outputs.py --only NAME  # one block
+    python scripts/docs_outputs.py --list       # the blocks, their pages and commands
+
+It refuses to run on a tree whose files other than pages (*.md) differ from HEAD: the stamp names the commit
+the code was at. The other real outputs in the docs come from commands too long to rerun with every change (the bench, the
+matrix, the convergence study, the data-parallel and sharded launches, the GPU check); each page names the
+command and the commit that produced them. tests/unit/test_docs_outputs.py holds the markers, the stamps and
+the pinned versions; tests/integration/test_reproduce.py holds the reproduction's block to what the command
+prints now.
+"""
+
+import argparse
+import dataclasses
+import importlib.metadata as metadata
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = "unsloth-diffusion-norm"
+MARKER = re.compile(r"^<!-- output: (?P<name>[\w-]+) -->\n```[^\n]*\n(?P<body>.*?)^```$", re.M | re.S)
+STAMP = re.compile(
+    r"^\$ (?P<command>.+?) +# (?P<shortened>shortened, )?at (?P<commit>[0-9a-f]{7,40}) · Unsloth (?P<unsloth>\S+) · "
+    r"transformers (?P<transformers>\S+) · TRL (?P<trl>\S+) · torch (?P<torch>\S+)$"
+)
+
+
+def _from_first(pattern):
+    """The output from its first line matching `pattern` on (Unsloth's banner and warnings before it dropped)."""
+
+    def keep(lines):
+        start = next(i for i, line in enumerate(lines) if re.match(pattern, line))
+        return lines[start:]
+
+    return keep
+
+
+def _doctor_summary(lines):
+    """What the README shows of doctor: the versions, the mode, the verdict's first sentence, the self-check."""
+    pick = lambda prefix: next(line for line in lines if line.startswith(prefix))  # noqa: E731
+    verdict = pick("Verdict: ")
+    first = verdict[: verdict.index(". ") + 1] + " ..." if ". " in verdict else verdict
+    return [pick("Installed: "), pick("Plugin: "), "  ...", first, pick("Self-check ")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    page: str
+    arguments: tuple
+    keep: object = None  # lines -> the lines shown; None: all of them
+    shortened: bool = False
+
+
+BLOCKS = {
+    "reproduce": Block("README.md", ("reproduce",), _from_first(r"Unsloth \d")),
+    "doctor-summary": Block("README.md", ("doctor",), _doctor_summary, shortened=True),
+}
+
+
+def versions():
+    return {name: metadata.version(name) for name in ("unsloth", "transformers", "trl", "torch")}
+
+
+def stamp(block, commit, found):
+    command = " ".join((CLI,) + block.arguments)
+    shortened = "shortened, " if block.shortened else ""
+    return (
+        f"$ {command}   # {shortened}at {commit} · Unsloth {found['unsloth']} · transformers "
+        f"{found['transformers']} · TRL {found['trl']} · torch {found['torch']}"
+    )
+
+
+def run(block):
+    """The command's output as it prints it (stdout and stderr together, as a terminal shows them)."""
+    executable = os.path.join(os.path.dirname(sys.executable), CLI)
+    env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(
+        [executable, *block.arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    lines = done.stdout.rstrip("\n").splitlines()
+    if done.returncode != 0:
+        sys.exit(f"docs_outputs: `{CLI} {' '.join(block.arguments)}` exited {done.returncode}:\n{done.stderr}")
+    return block.keep(lines) if block.keep else lines
+
+
+def commit_of_the_code(pages):
+    """The short commit HEAD, refusing a tree whose code differs from it (the stamp would not say the truth);
+    changed pages (*.md) are allowed, no command prints them."""
+    changed = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    others = [line for line in changed if line[3:] not in pages and not line.endswith(".md")]  # pages: no output
+    if others:
+        sys.exit("docs_outputs: commit these changes first, the stamp names the commit:\n" + "\n".join(others))
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def rewrite(page, name, text):
+    path = os.path.join(ROOT, page)
+    with open(path, encoding="utf-8") as f:
+        content = f.read()
+    matches = [m for m in MARKER.finditer(content) if m.group("name") == name]
+    if len(matches) != 1:
+        sys.exit(f"docs_outputs: {page} has {len(matches)} blocks named {name}, not 1")
+    match = matches[0]
+    start, end = match.span("body")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(content[:start] + text + "\n" + content[end:])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=sorted(BLOCKS), help="these blocks only")
+    parser.add_argument("--list", action="store_true", help="list the blocks and stop")
+    args = parser.parse_args(argv)
+    names = args.only or list(BLOCKS)
+    if args.list:
+        for name in names:
+            print(f"{name:<16} {BLOCKS[name].page:<20} {CLI} {' '.join(BLOCKS[name].arguments)}")
+        return 0
+    commit = commit_of_the_code({BLOCKS[name].page for name in names})
+    found = versions()
+    for name in names:
+        block = BLOCKS[name]
+        lines = run(block)
+        rewrite(block.page, name, "\n".join([stamp(block, commit, found), *lines]))
+        print(f"{name}: {len(lines)} lines into {block.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

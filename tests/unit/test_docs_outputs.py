@@ -1,0 +1,48 @@
+"""The docs' real-output blocks that `make docs-outputs` writes (scripts/docs_outputs.py): every marker names a
+block, every block is in its page once, and each carries its command, the commit and the versions it was
+measured at - the pinned stack's. Plain text only."""
+
+import importlib.util
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).parents[2]
+spec = importlib.util.spec_from_file_location("docs_outputs", ROOT / "scripts" / "docs_outputs.py")
+docs_outputs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(docs_outputs)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def blocks():
+    """{name: (page, body)} of every marked block in the README and docs/."""
+    found = {}
+    for page in PAGES:
+        for match in docs_outputs.MARKER.finditer(page.read_text(encoding="utf-8")):
+            assert match.group("name") not in found, f"{match.group('name')} twice"
+            found[match.group("name")] = (str(page.relative_to(ROOT)), match.group("body"))
+    return found
+
+
+def pins():
+    lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+
+
+def test_every_marked_block_is_a_block_of_the_script_on_its_page():
+    found = blocks()
+    assert set(found) == set(docs_outputs.BLOCKS)
+    for name, (page, _) in found.items():
+        assert page == docs_outputs.BLOCKS[name].page, name
+
+
+def test_each_block_names_its_command_the_commit_and_the_pinned_versions():
+    pinned = pins()
+    for name, (_, body) in blocks().items():
+        block = docs_outputs.BLOCKS[name]
+        stamp = docs_outputs.STAMP.match(body.splitlines()[0])
+        assert stamp, f"{name}: no stamp in its first line: {body.splitlines()[0]!r}"
+        assert stamp["command"] == " ".join((docs_outputs.CLI, *block.arguments)), name
+        assert bool(stamp["shortened"]) == block.shortened, name
+        for package in ("unsloth", "transformers", "trl", "torch"):
+            assert re.match(re.escape(pinned[package]) + r"(\+|$)", stamp[package]), (name, package, stamp[package])
+        assert len(body.splitlines()) > 1, f"{name}: nothing under the stamp"
