@@ -24,8 +24,13 @@ def blocks():
 
 
 def pins():
-    lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
-    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+    """The test environment's exact pins (requirements-dev.txt; torch in constraints.txt too)."""
+    lines = [
+        line.split("#")[0].strip()
+        for f in ("constraints.txt", "requirements-dev.txt")
+        for line in (ROOT / f).read_text(encoding="utf-8").splitlines()
+    ]
+    return dict(line.split("==") for line in lines if "==" in line)
 
 
 def test_every_marked_block_is_a_block_of_the_script_on_its_page():
