@@ -51,3 +51,22 @@ def test_each_block_names_its_command_the_commit_and_the_pinned_versions():
         for package in ("unsloth", "transformers", "trl", "torch"):
             assert re.match(re.escape(pinned[package]) + r"(\+|$)", stamp[package]), (name, package, stamp[package])
         assert len(body.splitlines()) > 1, f"{name}: nothing under the stamp"
+
+
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+
+
+def test_every_other_real_output_names_its_commit():
+    """A "real output" the script does not make names the commit it came from, within its sentence (the line,
+    the two before it or the two after); one the script makes carries its stamp (the test above)."""
+    unnamed = []
+    for page in PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if "real output" not in line.lower() or "(#real-output)" in line or "make docs-outputs" in line:
+                continue
+            if line.startswith(("|", "#")):  # a table cell pointing to a page; a heading over the block
+                continue
+            if not COMMIT.search(" ".join(lines[max(0, i - 2) : i + 3])):
+                unnamed.append(f"{page.relative_to(ROOT)}:{i + 1}: {line.strip()[:80]}")
+    assert not unnamed, unnamed
