@@ -401,6 +401,14 @@ def diff_of(mutant):
     return [line for line in diff.splitlines() if re.match(r"^[+-](?![+-])", line)]
 
 
+def stamp():
+    """The commit the report is written at, and whether the core or the tests differ from it (the results then
+    describe code no commit holds)."""
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    dirty = git("status", "--porcelain", "--", "unsloth_diffusion_norm", "tests")
+    return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes to the core or the tests" if dirty else "")
+
+
 def report(args):
     results, said = merged(), equivalents()
     legs = result_files()
@@ -424,6 +432,8 @@ def report(args):
         "",
         "Written by `scripts/mutation.py report` (`make mutation`); do not edit. Justifications of equivalent",
         "mutants: `mutation/equivalent.txt`.",
+        "",
+        f"At commit {stamp()}.",
         "",
         f"**Score: {killed} killed / {len(results) - len(equivalent)} non-equivalent = {100 * score:.1f} %** "
         f"({len(results)} mutants, {len(equivalent)} equivalent, {len(open_)} surviving).",
