@@ -261,6 +261,10 @@ class unpatched:
 
 
 # What a run gets unless its DiffusionConfig says otherwise, per mode.
+LOWER_VARIANCE = (
+    "; lower-variance opt-ins: diffusion_t_sampler='stratified' (with per-sample noise), "
+    "diffusion_complementary_masks=True"
+)
 DEFAULTS = {
     registry.PATCHED: (
         "diffusion_loss_normalization=None: each profile's own (Nemotron: window); diffusion_noise=None: "
@@ -268,7 +272,7 @@ DEFAULTS = {
         "'per_sample' where the model config sets dp_varying_mask_ratio=True; opt-ins per run: 'microbatch', "
         "'window' for Dream / LLaDA, diffusion_noise='per_sample'; diffusion_eval_noise=None: the release's own "
         "evaluation draws from the global RNG (an evaluation moves the training draws after it), or 'fixed' (keyed, "
-        "with diffusion_eval_draws=K draws per example)"
+        "with diffusion_eval_draws=K draws per example)" + LOWER_VARIANCE
     ),
     registry.DISABLED: (
         "the release's own training path; the DiffusionConfig flags are accepted, and a trainer whose flag "
@@ -281,7 +285,7 @@ DEFAULTS = {
         "draws (a resumed run differs): UNSLOTH_DIFFUSION_NORM=0; opt-ins per run: diffusion_noise='per_sample', "
         "diffusion_loss_normalization='microbatch' or 'window'; diffusion_eval_noise=None: Unsloth's own evaluation "
         "draws from the global RNG (an evaluation moves the training draws after it), or 'fixed' (keyed, with "
-        "diffusion_eval_draws=K draws per example)"
+        "diffusion_eval_draws=K draws per example)" + LOWER_VARIANCE
     ),
 }
 

@@ -1,4 +1,7 @@
-"""The normalization flag: which denominator a masked-diffusion loss uses, per profile and per run."""
+"""The per-run flags on DiffusionConfig: their values, help, validation, and what each one means for a run."""
+
+import dataclasses
+import typing
 
 FIELD = "diffusion_loss_normalization"
 WINDOW, MICROBATCH = "window", "microbatch"
@@ -45,13 +48,32 @@ EVAL_DRAWS_HELP = (
     "is the mean of the K draws' losses (each normalized as the release normalizes an evaluation batch). "
     "Default 1."
 )
+# Lower-variance training noise (opt-in): stratified noise levels across a window; complementary mask pairs.
+SAMPLER_FIELD = "diffusion_t_sampler"
+STRATIFIED = "stratified"
+SAMPLER_CHOICES = (STRATIFIED, None)
+SAMPLER_HELP = (
+    "'stratified': the n examples of an optimizer step (all micro-batches, all ranks) get one noise level in "
+    "each stratum [k/n, (k+1)/n) of the release's t range, the stratum of each example drawn by key, so each "
+    "example's t keeps the release's law; needs per-sample keys (diffusion_noise='per_sample'). None (the "
+    "default): each example's t drawn on its own."
+)
+COMPLEMENTARY_FIELD = "diffusion_complementary_masks"
+COMPLEMENTARY_HELP = (
+    "True: every training example is trained on a pair, its mask M at level p and the complement of M within "
+    "its maskable tokens at level 1 - p (where 1 - p falls below the noise floor, M again at p), each weighted "
+    "by its own inverse probability and counted in the window's masked tokens; twice the forward compute. "
+    "False (the default): one mask per example."
+)
 FIELDS = {
     FIELD: (CHOICES, HELP),
     NOISE_FIELD: (NOISE_CHOICES, NOISE_HELP),
     EVAL_NOISE_FIELD: (EVAL_NOISE_CHOICES, EVAL_NOISE_HELP),
     EVAL_DRAWS_FIELD: (None, EVAL_DRAWS_HELP),  # a count, not a choice
+    SAMPLER_FIELD: (SAMPLER_CHOICES, SAMPLER_HELP),
+    COMPLEMENTARY_FIELD: ((True, False), COMPLEMENTARY_HELP),
 }
-DEFAULTS = {EVAL_DRAWS_FIELD: 1}  # every other field: None
+DEFAULTS = {EVAL_DRAWS_FIELD: 1, COMPLEMENTARY_FIELD: False}  # every other field: None
 
 
 def default(field):
@@ -63,6 +85,12 @@ def validate(value, field=FIELD):
     TrlParser) has no other way to reset a value a YAML config set."""
     if value is None or (isinstance(value, str) and value.lower() == "none"):
         return default(field)
+    if field == COMPLEMENTARY_FIELD:
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise ValueError(f"unsloth_diffusion_norm: {field} must be True or False (the default), got {value!r}.")
+        return value
     if field == EVAL_DRAWS_FIELD:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(
@@ -83,7 +111,14 @@ def asked(args):
 
 
 def check_together(args):
-    """The flags that only mean something together: K draws are keyed draws."""
+    """The flags that only mean something together: K draws are keyed draws; stratified levels are keyed."""
+    sampler = getattr(args, SAMPLER_FIELD, None)
+    if sampler == STRATIFIED and getattr(args, NOISE_FIELD, None) == GLOBAL:
+        raise ValueError(
+            f"unsloth_diffusion_norm: {SAMPLER_FIELD}='stratified' assigns strata by each example's key; "
+            f"the global RNG's draws have none (they would depend on how the window is cut and resumed). "
+            f"Set {NOISE_FIELD}='per_sample'."
+        )
     draws = getattr(args, EVAL_DRAWS_FIELD, 1)
     if draws != 1 and getattr(args, EVAL_NOISE_FIELD, None) != FIXED:
         raise ValueError(
@@ -110,6 +145,15 @@ def argument_type(field):
 
     parse.__name__ = parse.__qualname__ = field
     return parse
+
+
+def sampler(args):
+    """'stratified' or None for a run's training noise levels."""
+    return getattr(args, SAMPLER_FIELD, None)
+
+
+def complementary(args):
+    return bool(getattr(args, COMPLEMENTARY_FIELD, False))
 
 
 def eval_noise(args):
@@ -149,3 +193,51 @@ def native_normalization(profile, args):
     if value == WINDOW:
         return GLOBAL_MASKED_TOKENS
     return MASKED_TOKENS if own == GLOBAL_MASKED_TOKENS else own
+
+
+def native_draws(profile, args, noise_mode):
+    """Whether the plugin draws a run's training noise on a native release: its resume-exact draws of a
+    window-normalized run, or per-sample noise; otherwise the release draws inside its own loss."""
+    wanted = native_normalization(profile, args)
+    return noise_mode == PER_SAMPLE or (noise_mode == GLOBAL and wanted == GLOBAL_MASKED_TOKENS)
+
+
+def check_lower_variance(args, profile, noise_mode, plugin_draws):
+    """Stratified levels are keyed (per-sample noise); mask pairs need the plugin to draw the run's noise."""
+    if sampler(args) == STRATIFIED and noise_mode != PER_SAMPLE:
+        raise ValueError(
+            f"unsloth_diffusion_norm: {SAMPLER_FIELD}='stratified' assigns strata by each example's key, and "
+            f"this run's noise comes from the global RNG; set {NOISE_FIELD}='per_sample'."
+        )
+    if complementary(args) and not plugin_draws:
+        raise ValueError(
+            f"unsloth_diffusion_norm: {COMPLEMENTARY_FIELD}=True pairs the masks the plugin draws, and "
+            f"{profile.name!r} at {FIELD}={getattr(args, FIELD, None)!r} draws its own inside the release's "
+            f"loss; set {FIELD}='window' or {NOISE_FIELD}='per_sample'."
+        )
+
+
+@dataclasses.dataclass
+class Fields:
+    """The flags as DiffusionConfig fields: what config_patches adds to the release's dataclass."""
+
+    # Annotations are the parsers' converters (config.argument_type; a function: typing.Optional, not `| None`).
+    diffusion_loss_normalization: typing.Optional[argument_type(FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": HELP}
+    )
+    diffusion_noise: typing.Optional[argument_type(NOISE_FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": NOISE_HELP}
+    )
+    diffusion_eval_noise: typing.Optional[argument_type(EVAL_NOISE_FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": EVAL_NOISE_HELP}
+    )
+    diffusion_eval_draws: argument_type(EVAL_DRAWS_FIELD) = dataclasses.field(
+        default=1, metadata={"help": EVAL_DRAWS_HELP}
+    )
+    diffusion_t_sampler: typing.Optional[argument_type(SAMPLER_FIELD)] = dataclasses.field(  # noqa: UP045
+        default=None, metadata={"help": SAMPLER_HELP}
+    )
+    # True or False from a command line (`--diffusion_complementary_masks true`), with the same one-line error.
+    diffusion_complementary_masks: argument_type(COMPLEMENTARY_FIELD) = dataclasses.field(
+        default=False, metadata={"help": COMPLEMENTARY_HELP}
+    )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import per_sample
+from . import config, per_sample
 
 
 @dataclass
@@ -49,6 +49,36 @@ def draw(profile, model, inputs, args, response_mask):
         masked = (torch.rand((batch, length), device=device) < p_mask) & maskable
     else:  # diffusion_noise="per_sample": the same two draws, from each example's own generator
         t, u = per_sample.uniforms(keys, attention_mask, length, device)
+        strata = inputs.get(per_sample.STRATA)
+        if strata is not None:  # diffusion_t_sampler="stratified": t moved into the row's stratum
+            t = per_sample.stratified(t, strata)
         p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)
         masked = (u < p_mask) & maskable
     return Noise(input_ids, forward_mask, maskable, masked, p_mask)
+
+
+def paired(noise, eps):
+    """The micro-batch's noise with each row's partner appended (diffusion_complementary_masks=True): the
+    complement of its mask within its maskable tokens at level 1 - p, where 1 - p stays in the release's range
+    (p <= 1 - eps), else the same mask at the same level. So the partner's level is uniform on [eps, 1], the
+    release's law, and given it the partner's mask is Bernoulli per maskable token: a draw of the release's own
+    noise, unbiased on its own. Where it is the complement, the pair's two estimates are anticorrelated."""
+    reflect = noise.p_mask[:, :1] <= 1 - eps  # p_mask is one level per row
+    masked = torch.where(reflect, noise.maskable & ~noise.masked, noise.masked)
+    p_mask = torch.where(reflect, 1 - noise.p_mask, noise.p_mask)
+    twice = lambda tensor: None if tensor is None else torch.cat([tensor, tensor])  # noqa: E731
+    return Noise(
+        twice(noise.input_ids),
+        twice(noise.forward_mask),
+        twice(noise.maskable),
+        torch.cat([noise.masked, masked]),
+        torch.cat([noise.p_mask, p_mask]),
+    )
+
+
+def paired_if_asked(noise, profile, args):
+    """A training micro-batch's noise, in pairs where the run asks for them (callers pass training draws only:
+    a window's, or a keyed one; evaluation and direct calls keep one mask per example)."""
+    if not config.complementary(args):
+        return noise
+    return paired(noise, float(profile.option(args, "diffusion_eps")))

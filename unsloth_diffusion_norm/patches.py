@@ -17,7 +17,6 @@ trl.SFTTrainer: Unsloth re-creates those methods from source text and would drop
 
 import dataclasses
 import types
-import typing
 
 import wrapt
 
@@ -36,23 +35,6 @@ from .wrappers import (  # noqa: F401 - Release: every patch set is built from o
 )
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
-
-
-@dataclasses.dataclass
-class _ConfigFields:
-    # Annotations are the parsers' converters (config.argument_type; a function: typing.Optional, not `| None`).
-    diffusion_loss_normalization: typing.Optional[config.argument_type(config.FIELD)] = dataclasses.field(  # noqa: UP045
-        default=None, metadata={"help": config.HELP}
-    )
-    diffusion_noise: typing.Optional[config.argument_type(config.NOISE_FIELD)] = dataclasses.field(  # noqa: UP045
-        default=None, metadata={"help": config.NOISE_HELP}
-    )
-    diffusion_eval_noise: typing.Optional[config.argument_type(config.EVAL_NOISE_FIELD)] = dataclasses.field(  # noqa: UP045
-        default=None, metadata={"help": config.EVAL_NOISE_HELP}
-    )
-    diffusion_eval_draws: config.argument_type(config.EVAL_DRAWS_FIELD) = dataclasses.field(
-        default=1, metadata={"help": config.EVAL_DRAWS_HELP}
-    )
 
 
 def noise_of(trainer):
@@ -125,15 +107,19 @@ def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
                 "unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
                 "was get_batch_samples bypassed?"
             )
-        batch_noise = window.noise(inputs[SLOT], lambda batch: release.draw(profile, model, batch, args))
+        batch_noise = window.noise(
+            inputs[SLOT], lambda batch: noise.paired_if_asked(release.draw(profile, model, batch, args), profile, args)
+        )
         result = masked_loss(profile, model, batch_noise, args, window.count, release.masked_module)
         if window.loss_scale != 1:
             # DDP averages gradients over ranks; a count summed over ranks needs a summed numerator.
             result = (result[0] * window.loss_scale, *result[1:])
         return result
     # Evaluation, direct calls and per-sample noise under 'microbatch': the micro-batch's own count,
-    # as the release computes it.
+    # as the release computes it. Only the keyed ones are training draws, paired where asked.
     batch_noise = release.draw(profile, model, inputs, args)
+    if per_sample.KEYS in inputs:
+        batch_noise = noise.paired_if_asked(batch_noise, profile, args)
     return masked_loss(profile, model, batch_noise, args, batch_noise.masked.sum(), release.masked_module)
 
 
@@ -188,6 +174,9 @@ def _patched_trainer_init(release, wrapped, trainer, pos, kwargs):
                 f"set {config.FIELD}='window' or {instead}."
             )
         per_sample.data_order(trainer)  # registered now, to see the first epoch begin
+    config.check_lower_variance(
+        trainer.args, trainer.diffusion_profile, mode, uses_window(trainer) or mode == config.PER_SAMPLE
+    )
     _say_noise(trainer, mode)
 
 
@@ -258,7 +247,7 @@ def config_patches(release):
                 f"DiffusionConfig.{field} (dataclass field)",
                 DiffusionConfig.__dataclass_fields__,
                 field,
-                lambda current, field=field: _ConfigFields.__dataclass_fields__[field],
+                lambda current, field=field: config.Fields.__dataclass_fields__[field],
                 "the per-run flag survives to_dict() / to_json_string() and argument parsing",
                 item=True,
             ),
@@ -268,7 +257,7 @@ def config_patches(release):
                 f"DiffusionConfig.{field} (annotation)",
                 vars(DiffusionConfig)["__annotations__"],
                 field,
-                lambda current, field=field: _ConfigFields.__annotations__[field],
+                lambda current, field=field: config.Fields.__annotations__[field],
                 "argument parsers (HfArgumentParser, TrlParser: command line, dict, YAML) see the flag",
                 item=True,
             ),
@@ -351,6 +340,8 @@ def _native_trainer_init(release, wrapped, trainer, pos, kwargs):
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return  # _check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
     mode = _settle_noise(trainer)
+    profile = trainer.diffusion_profile
+    config.check_lower_variance(trainer.args, profile, mode, config.native_draws(profile, trainer.args, mode))
     patches = trainer_patches(release, trainer, mode)
     if patches:
         registry.apply_to_trainer(trainer, patches)
@@ -441,7 +432,7 @@ def _keyed_prepare_batch(release, wrapped, profile, pos, kwargs):
     model, inputs, args = prepare_arguments(*pos, **kwargs)
     if per_sample.KEYS not in inputs:  # evaluation: the release's own draws
         return wrapped(*pos, **kwargs)
-    return release.draw(profile, model, inputs, args).prepared()
+    return noise.paired_if_asked(release.draw(profile, model, inputs, args), profile, args).prepared()
 
 
 def _tagged_batch_samples(order, wrapped, trainer, pos, kwargs):
@@ -485,7 +476,10 @@ def _loss_drawn_at_first_step(wrapped, profile, pos, kwargs):
     model, inputs, args, window = loss_arguments(*pos, **kwargs)
     if not isinstance(window, Window):
         return wrapped(*pos, **kwargs)
-    drawn = window.noise(inputs[SLOT], lambda batch: noise.Noise(*profile.prepare_batch(model, batch, args)))
+    drawn = window.noise(
+        inputs[SLOT],
+        lambda batch: noise.paired_if_asked(noise.Noise(*profile.prepare_batch(model, batch, args)), profile, args),
+    )
     pos, kwargs = replaced(pos, kwargs, 1, "inputs", {**inputs, "_diffusion_masked_batch": drawn.prepared()})
     pos, kwargs = replaced(pos, kwargs, 3, "num_items_in_batch", window.count)
     return wrapped(*pos, **kwargs)

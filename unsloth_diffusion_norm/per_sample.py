@@ -17,9 +17,11 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import has_length
 
-from . import registry
+from . import config, registry
 
 KEYS = "_diffusion_norm_keys"  # key in a micro-batch's inputs: one generator seed per row
+# With diffusion_t_sampler="stratified": per row, (its stratum, the number of strata n) of its window.
+STRATA = "_diffusion_norm_strata"
 
 
 def sample_key(seed, epoch, position):
@@ -43,6 +45,20 @@ def uniforms(keys, attention_mask, length, device):
         u[row, own[row]] = torch.rand(count, generator=generator)
         u[row, ~own[row]] = torch.rand(length - count, generator=generator)
     return t.to(device), u.to(device)
+
+
+def window_strata(seed, epoch, window, n):
+    """The strata of one optimizer step's n examples, by their place in it: a permutation of range(n) drawn from
+    a generator keyed by (seed, epoch, window). Every rank computes the same one, whatever the layout, and no
+    example's stratum depends on the others' draws, so each example's level keeps the release's law."""
+    generator = torch.Generator().manual_seed(sample_key(seed, epoch, f"window {window}"))
+    return torch.randperm(n, generator=generator).tolist()
+
+
+def stratified(t, strata):
+    """Each row's own uniform draw moved into its stratum: (stratum + t) / n."""
+    stratum, n = (torch.tensor(column, dtype=t.dtype, device=t.device) for column in zip(*strata))
+    return (stratum + t) / n
 
 
 class DataOrder(TrainerCallback):
@@ -74,13 +90,26 @@ class DataOrder(TrainerCallback):
         self.epochs_begun += 1
 
     def tag(self, args, batches):
-        """Yield each fetched micro-batch with its rows' generator seeds under KEYS."""
+        """Yield each fetched micro-batch with its rows' generator seeds under KEYS, and with
+        diffusion_t_sampler="stratified" each row's stratum under STRATA."""
+        stratified = config.sampler(args) == config.STRATIFIED
         for batch in batches:
             rows = batch["input_ids"].shape[0]
             first = (self.next_batch * args.world_size + args.process_index) * args.per_device_train_batch_size
             self.next_batch += 1
             keys = [sample_key(args.seed, self.epoch, first + j) for j in range(rows)]
-            yield {**batch, KEYS: keys}
+            if not stratified:
+                yield {**batch, KEYS: keys}
+                continue
+            # An optimizer step's examples hold consecutive positions of the global order: n of them.
+            n = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            windows = {}
+            strata = []
+            for position in range(first, first + rows):
+                window = windows.get(position // n) or window_strata(args.seed, self.epoch, position // n, n)
+                windows[position // n] = window
+                strata.append((window[position % n], n))
+            yield {**batch, KEYS: keys, STRATA: strata}
 
 
 def data_order(trainer):

@@ -93,6 +93,8 @@ BAD_VALUES = {
     "diffusion_noise": ("everywhere", "must be 'global' or 'per_sample' or None"),
     "diffusion_eval_noise": ("random", "must be 'fixed' or None"),
     "diffusion_eval_draws": ("0", "must be a whole number of draws, 1 or more"),
+    "diffusion_t_sampler": ("uniform", "must be 'stratified' or None"),
+    "diffusion_complementary_masks": ("maybe", "must be True or False"),
 }
 
 

@@ -57,6 +57,8 @@ class OracleSettings:
     max_grad_norm: float = 0.0
     # Which of the oracle's tolerances applies (the run's compute precision).
     precision: str = "fp32"
+    # diffusion_complementary_masks=True: each row trained with its partner (oracle.replay_noise).
+    complementary: bool = False
 
 
 def judge(run, record, settings=None, ranks=None, rank_local=False):
@@ -69,7 +71,10 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
     model = run.reference_model
     model.load_state_dict(record.state_before)
     ranks = ranks or [(record.batches, record.rng_state)]
-    masks = [oracle.replay_noise(batches, state, settings.eps, settings.eos_id) for batches, state in ranks]
+    masks = [
+        oracle.replay_noise(batches, state, settings.eps, settings.eos_id, settings.complementary)
+        for batches, state in ranks
+    ]
     reference = oracle.data_parallel_reference(
         model,
         masks,

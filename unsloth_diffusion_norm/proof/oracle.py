@@ -117,10 +117,13 @@ def _replaying(rng_state):
         yield device
 
 
-def replay_noise(batches, rng_state, eps, eos_id):
+def replay_noise(batches, rng_state, eps, eos_id, complementary=False):
     """Draw each micro-batch's masks from `rng_state` (see `rng_state`), in micro-batch order, t before the
     per-token draw; a batch that carries per-sample generator seeds ("keys") draws each row from its own
-    (CPU) generator. The masks are CPU tensors whatever device drew them."""
+    (CPU) generator, and one that carries strata ("strata": per row (k, n), stratified levels) moves each
+    row's t to (k + t) / n. `complementary`: every row is followed, in a second half of the micro-batch, by its
+    partner: the complement of its mask among its maskable tokens at p_mask 1 - p where 1 - p >= eps, else
+    the same mask at p. The masks are CPU tensors whatever device drew them."""
     masks = []
     with _replaying(rng_state) as device:
         for batch in batches:
@@ -143,8 +146,19 @@ def replay_noise(batches, rng_state, eps, eos_id):
                     t[row] = torch.rand(1, generator=generator)[0]
                     u[row, real] = torch.rand(int(real.sum()), generator=generator)
                     u[row, ~real] = torch.rand(int((~real).sum()), generator=generator)
+            if batch.get("strata") is not None:
+                t = torch.tensor([(k + float(t[row])) / n for row, (k, n) in enumerate(batch["strata"])])
             p_mask = ((1 - eps) * t + eps)[:, None].expand(rows, length)
             masked = (u < p_mask) & maskable
+            if complementary:
+                level = p_mask[:, 0]
+                complement = level <= 1 - eps
+                partner_masked = torch.stack(
+                    [maskable[r] & ~masked[r] if complement[r] else masked[r] for r in range(rows)]
+                )
+                partner_p = torch.stack([1 - p_mask[r] if complement[r] else p_mask[r] for r in range(rows)])
+                tokens, maskable = torch.cat([tokens, tokens]), torch.cat([maskable, maskable])
+                masked, p_mask = torch.cat([masked, partner_masked]), torch.cat([p_mask, partner_p])
             masks.append(Masks(tokens, masked, p_mask, maskable))
     return masks
 
