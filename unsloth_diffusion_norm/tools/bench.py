@@ -100,11 +100,13 @@ def variants(mode):
             ("native, unpatched (Unsloth's own)", False, {}),
             ("native + plugin (resume-exact draws)", True, {}),
             ("native + plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
+            ("native + plugin + complementary masks", True, {"diffusion_complementary_masks": True}),
         ]
     return [
         ("unpatched", False, {}),
         ("plugin", True, {}),
         ("plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
+        ("plugin + complementary masks", True, {"diffusion_complementary_masks": True}),  # a doubled batch
     ]
 
 
