@@ -23,6 +23,8 @@ class Case:
     # and compare the final parameters with the uninterrupted run's (then judge the resumed steps).
     resume_at: int = None
     diffusion_noise: str = None  # the per-run noise flag
+    t_sampler: str = None  # diffusion_t_sampler ("stratified": with per-sample noise)
+    complementary: bool = False  # diffusion_complementary_masks
     # diffusion_eval_noise: with "fixed" the case evaluates at every step, and trains again without evaluating
     # (and with the field unset, both ways) to show that evaluating leaves the training as it was.
     eval_noise: str = None
@@ -54,6 +56,11 @@ CASES = {
     "nvidia-dp-varying-mask-ratio": Case(
         2, [answers(LONG, 2), answers(SHORT, 2, 14)], model_config={"dp_varying_mask_ratio": True}
     ),
+    # Lower-variance noise: strata over both ranks' examples (n = 2 ranks x GA 2), and mask pairs.
+    "stratified-levels": Case(
+        2, [answers(LONG, 2), answers(SHORT, 2, 14)], diffusion_noise="per_sample", t_sampler="stratified"
+    ),
+    "complementary-masks": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], complementary=True),
     "fixed-eval-noise": Case(2, [answers(LONG, 4), answers(SHORT, 4, 14)], evaluate=True, eval_noise="fixed"),
     "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
     "three-ranks-rank-local": Case(

@@ -79,7 +79,7 @@ def run_case(name, case, engine=None):
         case=name,
         rank=rank,
         ranks=world,
-        **_judged(run, seen, rank, rank_local=not case.average_tokens_across_devices),
+        **_judged(run, seen, rank, rank_local=not case.average_tokens_across_devices, complementary=case.complementary),
         collectives=counter.per_window,
         model_wrapped=type(trainer.model_wrapped).__name__,
         resume_difference=trained.resume_difference,
@@ -127,6 +127,10 @@ def _settings(case, counter, engine):
         )
     if case.diffusion_noise is not None:
         settings["diffusion_noise"] = case.diffusion_noise
+    if case.t_sampler is not None:
+        settings["diffusion_t_sampler"] = case.t_sampler
+    if case.complementary:
+        settings["diffusion_complementary_masks"] = True
     if case.eval_noise is not None:
         settings.update(diffusion_eval_noise=case.eval_noise, eval_strategy="steps", eval_steps=1)
     if case.model_config:  # the tiny checkpoint with these config fields (each rank writes its own copy)
@@ -181,7 +185,7 @@ def _upstream_difference(case, settings, uninterrupted):
     if not (
         unsloth_diffusion_norm.status().mode == NATIVE
         and case.patched
-        and not (case.diffusion_noise or case.model_config or case.eval_noise)
+        and not (case.diffusion_noise or case.model_config or case.eval_noise or case.complementary)
     ):
         return None
     # The plugin's default there must be bitwise Unsloth's own in an uninterrupted run.
@@ -191,13 +195,14 @@ def _upstream_difference(case, settings, uninterrupted):
     return experiment.divergence(uninterrupted, own)
 
 
-def _judged(run, seen, rank, rank_local):
+def _judged(run, seen, rank, rank_local, complementary=False):
     """The RankResult fields of every window judged against the oracle over `seen`, every rank's
     (batches, rng_state) of each window: masked counts, noise levels, losses and the worst errors."""
     from . import judging
 
+    settings = judging.OracleSettings(complementary=complementary)  # mask pairs: the oracle builds them too
     verdicts = [
-        judging.judge(run, window, ranks=[r[i] for r in seen], rank_local=rank_local)
+        judging.judge(run, window, settings, ranks=[r[i] for r in seen], rank_local=rank_local)
         for i, window in enumerate(run.windows)
     ]
     return dict(
