@@ -241,3 +241,31 @@ class Fields:
     diffusion_complementary_masks: argument_type(COMPLEMENTARY_FIELD) = dataclasses.field(
         default=False, metadata={"help": COMPLEMENTARY_HELP}
     )
+
+
+def noise_note(args, mode):
+    """The one line a trainer's construction logs about its noise (rank 0), or None."""
+    if mode == PER_SAMPLE and getattr(args, NOISE_FIELD, None) is None:
+        return (
+            f"unsloth_diffusion_norm: the model's config sets {DP_VARYING}=True, so every example draws "
+            f"its own noise ({NOISE_FIELD}='per_sample'); {NOISE_FIELD}='global' keeps the "
+            "global RNG's draws."
+        )
+    if mode == GLOBAL and args.world_size > 1:
+        return (
+            f"unsloth_diffusion_norm: the noise comes from the global RNG, seeded alike on all {args.world_size} "
+            f"data-parallel ranks, so every rank draws the same noise levels; {NOISE_FIELD}='per_sample' "
+            "gives each example its own."
+        )
+    return None
+
+
+def lower_variance_note(args):
+    """The line a trainer's construction logs when the run asks for lower-variance noise, or None."""
+    asked = []
+    if sampler(args) == STRATIFIED:
+        n = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        asked.append(f"{SAMPLER_FIELD}='stratified' (one noise level per stratum across each step's {n} examples)")
+    if complementary(args):
+        asked.append(f"{COMPLEMENTARY_FIELD}=True (every training micro-batch doubled: about twice the step time)")
+    return f"unsloth_diffusion_norm: lower-variance noise: {'; '.join(asked)}." if asked else None

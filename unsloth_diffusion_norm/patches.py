@@ -59,28 +59,11 @@ def _settle_noise(trainer):
     return kept.noise
 
 
-def noise_note(args, mode):
-    """The one line a trainer's construction logs about its noise (rank 0), or None."""
-    if mode == config.PER_SAMPLE and getattr(args, config.NOISE_FIELD, None) is None:
-        return (
-            f"unsloth_diffusion_norm: the model's config sets {config.DP_VARYING}=True, so every example draws "
-            f"its own noise ({config.NOISE_FIELD}='per_sample'); {config.NOISE_FIELD}='global' keeps the "
-            "global RNG's draws."
-        )
-    if mode == config.GLOBAL and args.world_size > 1:
-        return (
-            f"unsloth_diffusion_norm: the noise comes from the global RNG, seeded alike on all {args.world_size} "
-            f"data-parallel ranks, so every rank draws the same noise levels; {config.NOISE_FIELD}='per_sample' "
-            "gives each example its own."
-        )
-    return None
-
-
 def _say_noise(trainer, mode):
     # Once per trainer, on the main process only: nothing per step, nothing on the other ranks.
-    note = noise_note(trainer.args, mode)
-    if note is not None and trainer.args.process_index == 0:
-        logger.warning(note)
+    for note in (config.noise_note(trainer.args, mode), config.lower_variance_note(trainer.args)):
+        if note is not None and trainer.args.process_index == 0:
+            logger.warning(note)
 
 
 def uses_window(trainer):

@@ -90,3 +90,15 @@ def test_what_cannot_hold_is_refused_in_one_line(settings, words, plugin):
     with pytest.raises(ValueError) as error:
         experiment.build(equal_answers(2), experiment.Setup.of(**settings))
     assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_run_that_asks_for_them_says_so_once_at_construction(plugin, caplog):
+    unsloth_diffusion_norm.apply()
+    with caplog.at_level("WARNING", logger="unsloth_diffusion_norm"):
+        experiment.build(equal_answers(2), experiment.Setup.of(**STRATIFIED, **PAIRS), record=False)
+    said = [r.getMessage() for r in caplog.records if "lower-variance" in r.getMessage()]
+    assert said == [
+        "unsloth_diffusion_norm: lower-variance noise: diffusion_t_sampler='stratified' (one noise level per stratum "
+        "across each step's 2 examples); diffusion_complementary_masks=True (every training micro-batch doubled: "
+        "about twice the step time)."
+    ]
