@@ -231,12 +231,15 @@ def test_quick_bench_reports_every_figure_and_says_it_is_a_smoke_run(quick_bench
     assert quick_bench.code == 0, "\n".join(line for _, line in quick_bench.err[-40:])
     out = quick_bench.out
     assert "quick smoke run" in out and "none is a measurement" in out
-    assert out.count("| tiny |") == 9 and "| larger |" not in out
     assert "`import unsloth_diffusion_norm` alone:" in out
     assert "count collectives per optimizer step under 2-rank DDP: [1]" in out
     with open(quick_bench.outdir / "bench.json") as f:
         found = json.load(f)
-    assert found["quick"] and found["blocks"] == 2 and len(found["rows"]) == 9
+    from unsloth_diffusion_norm.tools import bench
+
+    rows = len(bench.GRADIENT_ACCUMULATION) * len(bench.variants(found["mode"]))  # every GA, every variant
+    assert out.count("| tiny |") == rows and "| larger |" not in out
+    assert found["quick"] and found["blocks"] == 2 and len(found["rows"]) == rows
     assert all(r["spread"] is not None and r["samples"] == 2 for r in found["rows"])
 
 
