@@ -111,14 +111,8 @@ def asked(args):
 
 
 def check_together(args):
-    """The flags that only mean something together: K draws are keyed draws; stratified levels are keyed."""
-    sampler = getattr(args, SAMPLER_FIELD, None)
-    if sampler == STRATIFIED and getattr(args, NOISE_FIELD, None) == GLOBAL:
-        raise ValueError(
-            f"unsloth_diffusion_norm: {SAMPLER_FIELD}='stratified' assigns strata by each example's key; "
-            f"the global RNG's draws have none (they would depend on how the window is cut and resumed). "
-            f"Set {NOISE_FIELD}='per_sample'."
-        )
+    """The flags that only mean something together: K draws are keyed draws. (Stratified levels need per-sample
+    noise, which the model's config can ask for too: check_lower_variance, at the trainer.)"""
     draws = getattr(args, EVAL_DRAWS_FIELD, 1)
     if draws != 1 and getattr(args, EVAL_NOISE_FIELD, None) != FIXED:
         raise ValueError(
@@ -154,6 +148,11 @@ def sampler(args):
 
 def complementary(args):
     return bool(getattr(args, COMPLEMENTARY_FIELD, False))
+
+
+def examples_per_step(args):
+    """n: the examples of one optimizer step over every micro-batch and rank (the strata of a stratified run)."""
+    return args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
 
 
 def eval_noise(args):
@@ -264,7 +263,7 @@ def lower_variance_note(args):
     """The line a trainer's construction logs when the run asks for lower-variance noise, or None."""
     asked = []
     if sampler(args) == STRATIFIED:
-        n = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        n = examples_per_step(args)
         asked.append(f"{SAMPLER_FIELD}='stratified' (one noise level per stratum across each step's {n} examples)")
     if complementary(args):
         asked.append(f"{COMPLEMENTARY_FIELD}=True (every training micro-batch doubled: about twice the step time)")

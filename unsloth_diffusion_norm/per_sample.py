@@ -101,8 +101,7 @@ class DataOrder(TrainerCallback):
             if not stratified:
                 yield {**batch, KEYS: keys}
                 continue
-            # An optimizer step's examples hold consecutive positions of the global order: n of them.
-            n = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            n = config.examples_per_step(args)  # a step's examples: consecutive positions of the global order
             windows = {}
             strata = []
             for position in range(first, first + rows):

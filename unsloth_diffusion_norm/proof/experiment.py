@@ -148,28 +148,32 @@ def _own_precision(settings):
         os.environ["ACCELERATE_MIXED_PRECISION"] = "no"
 
 
-@contextlib.contextmanager
-def _precision_as_asked(args):
-    """Build the trainer at the precision the run asked for. Unsloth's GPU path (the trainer rewrite in its
+def _built_as_asked(args, build):
+    """`build()`'s trainer, at the precision the run asked for. Unsloth's GPU path (the trainer rewrite in its
     rl.py, every supported release) trains an fp32 model that asks for neither bf16 nor fp16 under bf16
     autocast, wherever the GPU has bf16 ("Mixed precision training"). Measured on an H200: the fp32 oracle
     cases then missed by 200-500 fp32 tolerances. The same code leaves autocast off for a model it was told
     is already bf16 (UNSLOTH_MIXED_PRECISION=bfloat16): an fp32 run is built under that branch, and the bf16
-    evaluation that branch also sets is put back, so the run trains and evaluates in fp32. On a CPU, and for
-    a run that asks for bf16 or fp16, nothing changes."""
-    fp32 = not (args.bf16 or args.fp16)
+    evaluation that branch also sets is put back, so the run trains and evaluates in fp32; a trainer that still
+    autocasts is refused. On a CPU, and for a run that asks for bf16 or fp16, nothing changes."""
+    if args.bf16 or args.fp16:
+        return build()
     saved = os.environ.get("UNSLOTH_MIXED_PRECISION")
-    if fp32:
-        os.environ["UNSLOTH_MIXED_PRECISION"] = "bfloat16"
+    os.environ["UNSLOTH_MIXED_PRECISION"] = "bfloat16"
     try:
-        yield
+        trainer = build()
     finally:
         if saved is None:
             os.environ.pop("UNSLOTH_MIXED_PRECISION", None)
         else:
             os.environ["UNSLOTH_MIXED_PRECISION"] = saved
-    if fp32:
-        args.bf16_full_eval = args.fp16_full_eval = False
+    args.bf16_full_eval = args.fp16_full_eval = False
+    if trainer.accelerator.mixed_precision != "no":
+        raise RuntimeError(
+            f"this run asked for fp32, but the trainer was built with {trainer.accelerator.mixed_precision} "
+            "autocast: the proof cannot judge it at the fp32 tolerance"
+        )
+    return trainer
 
 
 def build(examples, setup=None, record=True, gathered=contextlib.nullcontext, record_with=None):
@@ -247,9 +251,9 @@ def _trainer(examples, setup, model, tokenizer):
         train_dataset = train_dataset.to_iterable_dataset()  # read in order, no length
     extra = {} if setup.compute_loss_func is None else {"compute_loss_func": setup.compute_loss_func}
     eval_examples = setup.eval_examples
-    fp32 = not (args.bf16 or args.fp16)
-    with _precision_as_asked(args):
-        trainer = DiffusionTrainer(
+    trainer = _built_as_asked(
+        args,
+        lambda: DiffusionTrainer(
             model=model,
             args=args,
             train_dataset=train_dataset,
@@ -257,12 +261,8 @@ def _trainer(examples, setup, model, tokenizer):
             processing_class=tokenizer,
             diffusion_profile=setup.diffusion_profile,
             **extra,
-        )
-    if fp32 and trainer.accelerator.mixed_precision != "no":
-        raise RuntimeError(
-            f"this run asked for fp32, but the trainer was built with {trainer.accelerator.mixed_precision} "
-            "autocast: the proof cannot judge it at the fp32 tolerance"
-        )
+        ),
+    )
     # Keep the data in the order given, so a case can place each micro-batch where it wants it.
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(trainer.train_dataset)
     return trainer
