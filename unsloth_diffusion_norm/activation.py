@@ -3,7 +3,7 @@
 import logging
 import sys
 
-from . import registry
+from . import config, registry
 from .registry import STATE, logger
 
 TRAINER_MODULE = "unsloth.models.diffusion_trainer"
@@ -293,9 +293,9 @@ DEFAULTS = {
 class Status:
     """What status() reports; read-only by convention."""
 
-    FIELDS = ("mode", "unsloth_version", "shape", "reason", "patches", "defaults", "displaced")
+    FIELDS = ("mode", "unsloth_version", "shape", "reason", "patches", "defaults", "displaced", "asked")
 
-    def __init__(self, mode, unsloth_version, shape, reason, patches, defaults=None, displaced=()):
+    def __init__(self, mode, unsloth_version, shape, reason, patches, defaults=None, displaced=(), asked=()):
         self.mode = mode
         self.unsloth_version = unsloth_version
         self.shape = shape
@@ -303,6 +303,7 @@ class Status:
         self.patches = patches  # (name, why) for every applied patch
         self.defaults = defaults  # what a run gets unless its DiffusionConfig opts into something else
         self.displaced = displaced  # names of applied patches that something else has replaced since
+        self.asked = asked  # the per-run opt-ins (lower-variance fields) of the trainers alive in this process
 
     def __eq__(self, other):
         return isinstance(other, Status) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
@@ -323,6 +324,8 @@ class Status:
             f"  DISPLACED {name}: something replaced this patch after it was applied; the fix is not in force there"
             for name in self.displaced
         ]
+        if self.asked:
+            lines.append(f"  a trainer in this process asked for: {', '.join(self.asked)}")
         return "\n".join(lines)
 
 
@@ -338,4 +341,8 @@ def status():
         DEFAULTS.get(STATE.mode) if STATE.patches else None,
         # Only the process-wide set: a trainer's own patches may be wrapped on that trainer by design.
         tuple(patch.name for patch in STATE.patches if not patch.in_place()),
+        # Per-run fields live on each trainer's args, not in the process: those of the trainers alive now.
+        tuple(
+            sorted({field for trainer in list(STATE.trainers) for field in config.lower_variance_fields(trainer.args)})
+        ),
     )

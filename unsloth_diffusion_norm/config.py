@@ -259,6 +259,15 @@ def noise_note(args, mode):
     return None
 
 
+def lower_variance_fields(args):
+    """The lower-variance fields a run set, as status() names them."""
+    asked = (
+        (SAMPLER_FIELD, sampler(args) == STRATIFIED, "'stratified'"),
+        (COMPLEMENTARY_FIELD, complementary(args), "True"),
+    )
+    return tuple(f"{field}={value}" for field, is_set, value in asked if is_set)
+
+
 def lower_variance_note(args):
     """The line a trainer's construction logs when the run asks for lower-variance noise, or None."""
     asked = []

@@ -3,6 +3,8 @@ against the oracle, which replays the strata and builds the pairs from its own r
 levels whatever the layout; the fields unset leave a run bitwise as it was; what cannot hold is refused at
 construction. Their unbiasedness is tests/unit/test_unbiased.py's."""
 
+import gc
+
 import pytest
 import torch
 
@@ -92,10 +94,16 @@ def test_what_cannot_hold_is_refused_in_one_line(settings, words, plugin):
     assert words in str(error.value) and "\n" not in str(error.value)
 
 
-def test_a_run_that_asks_for_them_says_so_once_at_construction(plugin, caplog):
+def test_a_run_that_asks_for_them_says_so_once_at_construction_and_status_names_them(plugin, caplog):
     unsloth_diffusion_norm.apply()
+    gc.collect()  # earlier tests' trainers, if any, no longer alive
+    assert unsloth_diffusion_norm.status().asked == ()
     with caplog.at_level("WARNING", logger="unsloth_diffusion_norm"):
-        experiment.build(equal_answers(2), experiment.Setup.of(**STRATIFIED, **PAIRS), record=False)
+        built = experiment.build(equal_answers(2), experiment.Setup.of(**STRATIFIED, **PAIRS), record=False)
+    status = unsloth_diffusion_norm.status()
+    assert status.asked == ("diffusion_complementary_masks=True", "diffusion_t_sampler='stratified'")
+    assert "a trainer in this process asked for: diffusion_complementary_masks=True, diffusion_t_sampler=" in str(status)
+    assert built.trainer.args.diffusion_t_sampler == "stratified"
     said = [r.getMessage() for r in caplog.records if "lower-variance" in r.getMessage()]
     assert said == [
         "unsloth_diffusion_norm: lower-variance noise: diffusion_t_sampler='stratified' (one noise level per stratum "

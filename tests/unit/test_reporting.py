@@ -15,7 +15,14 @@ def test_a_fresh_state_is_pending_with_nothing_known():
 
 def test_status_prints_every_field_it_has():
     status = Status(
-        "patched", "2026.10.6", "chunked-ce", "a reason", (("A.b", "why b"), ("C.d", "why d")), "the defaults", ("C.d",)
+        "patched",
+        "2026.10.6",
+        "chunked-ce",
+        "a reason",
+        (("A.b", "why b"), ("C.d", "why d")),
+        "the defaults",
+        ("C.d",),
+        ("x=True", "y='z'"),
     )
     assert str(status).splitlines() == [
         "unsloth_diffusion_norm: mode=patched, Unsloth 2026.10.6",
@@ -25,19 +32,20 @@ def test_status_prints_every_field_it_has():
         "  patched A.b: why b",
         "  patched C.d: why d",
         "  DISPLACED C.d: something replaced this patch after it was applied; the fix is not in force there",
+        "  a trainer in this process asked for: x=True, y='z'",
     ]
     assert str(Status("pending", None, None, None, ())) == "unsloth_diffusion_norm: mode=pending, Unsloth not imported"
 
 
 def test_statuses_compare_and_print_by_every_field():
-    fields = ("patched", "2026.10.6", "chunked-ce", None, (("A.b", "why"),), "defaults", ())
+    fields = ("patched", "2026.10.6", "chunked-ce", None, (("A.b", "why"),), "defaults", (), ())
     status = Status(*fields)
     assert status == Status(*fields) and status != fields
-    for i, other in enumerate(("native", "2026.10.9", "native-window", "r", (), "d", ("A.b",))):
+    for i, other in enumerate(("native", "2026.10.9", "native-window", "r", (), "d", ("A.b",), ("x=True",))):
         assert status != Status(*fields[:i], other, *fields[i + 1 :]), Status.FIELDS[i]
     assert repr(status) == (
         "Status(mode='patched', unsloth_version='2026.10.6', shape='chunked-ce', reason=None, "
-        "patches=(('A.b', 'why'),), defaults='defaults', displaced=())"
+        "patches=(('A.b', 'why'),), defaults='defaults', displaced=(), asked=())"
     )
 
 
