@@ -59,3 +59,17 @@ def test_quick_part2_paired_seeds_measured_on_the_trainers_own_fixed_evaluation_
     assert 0 < part["impact"]["share"] < 1
     table = seeds.render(part)
     assert "| objective |" in table and "verdict: per-micro-batch − window" in table and "impact on the same" in table
+
+
+@pytest.mark.once
+def test_quick_lower_variance_arms_train_with_their_fields_from_the_window_arms_model(plugin, tmp_path):
+    settings = convergence.QUICK2
+    arms = (convergence.WINDOW, seeds.BOTH, seeds.TWICE)
+    found, _, _ = convergence.part2(settings, str(tmp_path), arms=arms)
+    window, both, twice = (found[name][0] for name in arms)
+    assert both.flags == seeds.FLAGS[seeds.BOTH] and (both.ga, twice.ga) == (settings.ga, 2 * settings.ga)
+    assert window.measured[0] == both.measured[0] == twice.measured[0]  # one initialization, one held-out draw
+    assert len({window.measured[-1][1]["objective"], both.measured[-1][1]["objective"]}) == 2
+    assert all(len(arm.log) == settings.steps for arm in (window, both, twice))
+    part = seeds.report(found, 0, settings)
+    assert "verdict: stratified + pairs − window, 2× rows, at equal forward compute" in seeds.render(part)

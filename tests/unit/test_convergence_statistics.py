@@ -37,6 +37,35 @@ def test_the_paired_difference_is_taken_seed_by_seed_and_judged_against_the_seed
     assert "significant at 95 % (worse than the window)" in line and "0.32 times the spread between seeds" in line
 
 
+def test_a_pair_arm_is_also_judged_at_equal_forward_compute_and_every_arm_shows_its_spread():
+    finals = {
+        WINDOW: [10.0, 12.0, 14.0],
+        seeds.COMPLEMENTARY: [9.9, 11.9, 13.9],  # better than the window, worse than twice the rows
+        seeds.TWICE: [9.7, 11.7, 13.8],
+        seeds.STRATIFIED: [10.0, 12.1, 14.0],
+    }
+    found = {name: _arms(values, name) for name, values in finals.items()}
+    for arm in (arm for arms in found.values() for arm in arms):
+        arm.measured[0][1]["accuracy"] = [0.5] * 5
+    summed = seeds.summary(found)
+    row = summed["objective"]
+    assert row[seeds.COMPLEMENTARY]["equal_compute"]["per_seed"] == pytest.approx([0.2, 0.2, 0.1])
+    assert "equal_compute" not in row[seeds.STRATIFIED] and "equal_compute" not in row[seeds.TWICE]
+    lines = seeds.verdict(summed, seeds.NAMES)
+    assert [line.split(": ")[0] for line in lines] == [
+        "complementary pairs − window, held-out objective",
+        "complementary pairs − window, 2× rows, at equal forward compute, held-out objective",
+        "window, 2× rows − window, held-out objective",
+        "stratified t − window, held-out objective",
+    ]
+    assert ": +0.1667 (95 % interval" in lines[1] and "significant at 95 % (worse than the window, 2× rows)" in lines[1]
+    assert seeds.spread(summed, seeds.NAMES) == (
+        "spread between seeds (SD of the held-out objective): window (plugin) 2.0000, complementary pairs 2.0000, "
+        "window, 2× rows 2.0502, stratified t 2.0008"
+    )
+    assert seeds.FLAGS[seeds.BOTH] == {**seeds.FLAGS[seeds.STRATIFIED], **seeds.FLAGS[seeds.COMPLEMENTARY]}
+
+
 def test_a_native_arm_is_taken_only_from_a_native_run_at_the_same_settings(tmp_path):
     import argparse
     import dataclasses

@@ -110,11 +110,11 @@ def draw(result, path):
 def _arms(text):
     import argparse
 
-    from .seeds import ARMS
+    from .seeds import CHOICES
 
     arms = tuple(dict.fromkeys(a.strip() for a in text.split(",")))
-    if not arms or any(a not in ARMS for a in arms):
-        raise argparse.ArgumentTypeError(f"arms are {', '.join(ARMS)}, comma-separated; not {text!r}")
+    if not arms or any(a not in CHOICES for a in arms):
+        raise argparse.ArgumentTypeError(f"arms are {', '.join(CHOICES)}, comma-separated; not {text!r}")
     return arms
 
 
@@ -168,7 +168,8 @@ def main(argv=None):
     parser.add_argument(
         "--arms",
         type=_arms,
-        help="Part 2's arms to train, comma-separated: window, microbatch (default: both)",
+        help="Part 2's arms to train, comma-separated: window, microbatch (default: both); the lower-variance "
+        "noise arms stratified, complementary, both, and twice (the window at twice the rows per step)",
     )
     parser.add_argument(
         "--native",

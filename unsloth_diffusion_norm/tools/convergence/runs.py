@@ -45,6 +45,7 @@ class Arm:
     ga: int
     normalization: str
     seed: int = 0
+    flags: dict = None  # further DiffusionConfig fields of the arm (the lower-variance noise arms)
     params: list = None
     log: list = None
     measured: list = None  # [(step, {metric: value})] from a HeldOut (Part 2)
@@ -145,6 +146,7 @@ def _train(arm, train_rows, held, checkpoint, settings, workdir, noise, evaluate
     flags = {} if arm.normalization == WINDOW else {"diffusion_loss_normalization": arm.normalization}
     if noise is not None:
         flags["diffusion_noise"] = noise
+    flags.update(arm.flags or {})  # an arm's own fields, its noise included, over the part's
     if evaluate:  # held-out loss under evaluation noise that holds still
         flags.update(diffusion_eval_noise="fixed", diffusion_eval_draws=settings.eval_draws)
     # Every row as long (Part 1): the EOS tail, which is maskable, does not depend on which rows share a batch.

@@ -13,9 +13,30 @@ import statistics
 from .heldout import NOISE_BINS, HeldOut
 from .runs import MICROBATCH, WINDOW, Arm, Training, model_for, parameter_count, split, train
 
-ARMS = (WINDOW, MICROBATCH)
+ARMS = (WINDOW, MICROBATCH)  # the default arms
 NATIVE = "native"  # the window arm of a run on a natively fixed release (--native): Unsloth's own fix
-NAMES = {WINDOW: "window (plugin)", MICROBATCH: "per-micro-batch", NATIVE: "Unsloth's fix"}  # the arms' labels
+# The lower-variance noise arms (docs/noise.md), window-normalized, each with the fields it sets. At batch 1 every
+# arm draws one noise level per row, by the release's law (keyed for per-sample noise, from the global RNG for
+# the window arm), so the window arm is their plain baseline; stratified levels need the keyed draws. TWICE is
+# the window arm at twice the rows per step: the forward compute of a pair arm, whose every row runs twice.
+STRATIFIED, COMPLEMENTARY, BOTH, TWICE = "stratified", "complementary", "both", "twice"
+LOWER_VARIANCE = (STRATIFIED, COMPLEMENTARY, BOTH, TWICE)
+CHOICES = ARMS + LOWER_VARIANCE
+FLAGS = {
+    STRATIFIED: {"diffusion_noise": "per_sample", "diffusion_t_sampler": "stratified"},
+    COMPLEMENTARY: {"diffusion_complementary_masks": True},
+    BOTH: {"diffusion_noise": "per_sample", "diffusion_t_sampler": "stratified", "diffusion_complementary_masks": True},
+}
+PAIRS = (COMPLEMENTARY, BOTH)  # two forwards per row: also compared with TWICE, at equal forward compute
+NAMES = {  # the arms' labels
+    WINDOW: "window (plugin)",
+    MICROBATCH: "per-micro-batch",
+    NATIVE: "Unsloth's fix",
+    STRATIFIED: "stratified t",
+    COMPLEMENTARY: "complementary pairs",
+    BOTH: "stratified + pairs",
+    TWICE: "window, 2× rows",
+}
 
 
 def _label(name):
@@ -77,7 +98,9 @@ def part2(settings, workdir, progress=None, arms=ARMS):
         checkpoint = model_for(os.path.join(workdir, "models"), tokenizer_folder, settings, seed)
         size = parameter_count(checkpoint)
         for name in arms:
-            arm = Arm(_label(name), settings.batch, settings.ga, name, seed)
+            normalization = MICROBATCH if name == MICROBATCH else WINDOW
+            ga = settings.ga * (2 if name == TWICE else 1)
+            arm = Arm(_label(name), settings.batch, ga, normalization, seed, flags=FLAGS.get(name))
             if progress is not None:
                 progress(f"seed {seed} {name}: training")
             train(
@@ -150,6 +173,10 @@ def summary(found):
             row[name] = _stats(values)
             if name != WINDOW and WINDOW in row:
                 row[name]["difference"] = _stats([a - b for a, b in zip(values, row[WINDOW]["per_seed"])])
+        for name in PAIRS:  # at equal forward compute: against the window arm at twice the rows
+            if name in row and TWICE in row:
+                twice = row[TWICE]["per_seed"]
+                row[name]["equal_compute"] = _stats([a - b for a, b in zip(row[name]["per_seed"], twice)])
         out[metric] = row
     return out
 
@@ -160,22 +187,33 @@ def verdict(summed, labels, metric="objective"):
     row, lines = summed[metric], []
     spread = row[WINDOW]["sd"]
     for name, found in row.items():
-        if name == WINDOW or "difference" not in found or found["difference"]["low"] is None:
-            continue
-        d = found["difference"]
-        significant = d["low"] > 0 or d["high"] < 0
-        size = abs(d["mean"]) / spread if spread else float("inf")
-        lines.append(
-            f"{labels[name]} − window, held-out {metric}: {d['mean']:+.4f} (95 % interval "
-            f"{d['low']:+.4f} to {d['high']:+.4f}, {len(d['per_seed'])} paired seeds): "
-            + (
-                f"significant at 95 % ({'worse' if d['mean'] > 0 else 'better'} than the window)"
-                if significant
-                else "not significant at 95 %"
+        for key, against, words in (
+            ("difference", "window", ""),
+            ("equal_compute", labels.get(TWICE), ", at equal forward compute"),
+        ):
+            d = found.get(key)
+            if name == WINDOW or d is None or d["low"] is None:
+                continue
+            significant = d["low"] > 0 or d["high"] < 0
+            size = abs(d["mean"]) / spread if spread else float("inf")
+            lines.append(
+                f"{labels[name]} − {against}{words}, held-out {metric}: {d['mean']:+.4f} (95 % interval "
+                f"{d['low']:+.4f} to {d['high']:+.4f}, {len(d['per_seed'])} paired seeds): "
+                + (
+                    f"significant at 95 % ({'worse' if d['mean'] > 0 else 'better'} than the {against})"
+                    if significant
+                    else "not significant at 95 %"
+                )
+                + f"; {size:.2f} times the spread between seeds (SD {spread:.4f})"
             )
-            + f"; {size:.2f} times the spread between seeds (SD {spread:.4f})"
-        )
     return lines
+
+
+def spread(summed, labels, metric="objective"):
+    """The spread between seeds of every arm's held-out `metric` (its SD over seeds), in one line."""
+    row = summed[metric]
+    each = [f"{labels[name]} {found['sd']:.4f}" for name, found in row.items() if found["sd"] is not None]
+    return f"spread between seeds (SD of the held-out {metric}): " + ", ".join(each) if each else None
 
 
 def curves(found):
@@ -283,6 +321,8 @@ def render(part):
         cells.append(f"{row[WINDOW]['sd']:.4f}" if WINDOW in row and row[WINDOW]["sd"] is not None else "—")
         body.append(cells)
     lines = tables.markdown(header, body) + [""] + [f"verdict: {line}" for line in part["verdict"]]
+    if spread(part["summary"], labels) is not None:
+        lines.append(spread(part["summary"], labels))
     if part.get("native_vs_window") is not None:
         lines.append(
             f"{labels[NATIVE]} against the window, held-out objective at every measured step of every seed: "
