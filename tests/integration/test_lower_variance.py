@@ -102,7 +102,9 @@ def test_a_run_that_asks_for_them_says_so_once_at_construction_and_status_names_
         built = experiment.build(equal_answers(2), experiment.Setup.of(**STRATIFIED, **PAIRS), record=False)
     status = unsloth_diffusion_norm.status()
     assert status.asked == ("diffusion_complementary_masks=True", "diffusion_t_sampler='stratified'")
-    assert "a trainer in this process asked for: diffusion_complementary_masks=True, diffusion_t_sampler=" in str(status)
+    assert "a trainer in this process asked for: diffusion_complementary_masks=True, diffusion_t_sampler=" in str(
+        status
+    )
     assert built.trainer.args.diffusion_t_sampler == "stratified"
     said = [r.getMessage() for r in caplog.records if "lower-variance" in r.getMessage()]
     assert said == [
