@@ -91,6 +91,23 @@ def test_a_bad_command_line_is_one_line_and_exit_2_before_anything_runs(args, na
     assert left_behind(places) == {}
 
 
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        ("diffusion_t_sampler: sobol\n", "diffusion_t_sampler must be 'stratified' or None (the default), got 'sobol'"),
+        ("diffusion_t_sampler: stratified\n", "set diffusion_noise='per_sample'"),
+        ("diffusion_complementary_masks: maybe\n", "diffusion_complementary_masks must be True or False"),
+        ("- a list\n", "is not a mapping of settings"),
+    ],
+)
+def test_a_config_doctor_refuses_is_one_line_and_exit_2_before_unsloth_loads(text, names, places):
+    (places[0] / "train.yaml").write_text("learning_rate: 1.0e-5\n" + text if text[0] != "-" else text)
+    line = only_line(run(["doctor", "--config", "train.yaml"], places, timeout=60), 2)
+    assert line.startswith(f"{PROG} doctor: ") and names in line
+    (places[0] / "train.yaml").unlink()
+    assert left_behind(places) == {}
+
+
 def test_doctor_json_is_json_even_for_a_bad_command_line(places):
     done = run(["doctor", "--json", "--bogus"], places, timeout=60)
     assert done.returncode == 2 and json.loads(done.stdout)["exit"] == 2 and "--bogus" in done.stderr
@@ -174,10 +191,19 @@ def test_status_prints_only_its_report_and_leaves_nothing_behind(places):
 
 
 def test_doctor_json_is_all_of_stdout_and_leaves_nothing_behind(places, tmp_path):
-    home = tmp_path / "hf_home"
-    done = run(["doctor", "--json"], places, env={"HF_HOME": str(home)})
+    home, run_config = tmp_path / "hf_home", tmp_path / "train.yaml"
+    # A run's config with every training-noise field: doctor reports them, and its self-check trains with them.
+    lines = ("diffusion_noise: per_sample", "diffusion_t_sampler: stratified", "diffusion_complementary_masks: true")
+    run_config.write_text("\n".join(("learning_rate: 1.0e-5", "diffusion_eval_noise: fixed", *lines)) + "\n")
+    done = run(["doctor", "--json", "--config", str(run_config)], places, env={"HF_HOME": str(home)})
     report = json.loads(done.stdout)  # the whole of stdout: no banner before it
     assert done.returncode == report["exit"] == 0 and report["self_check"]["passed"], done.stderr[-3000:]
+    noise = {
+        "diffusion_noise": "per_sample",
+        "diffusion_t_sampler": "stratified",
+        "diffusion_complementary_masks": True,
+    }
+    assert report["fields"] == {"diffusion_eval_noise": "fixed", **noise} and report["self_check"]["fields"] == noise
     assert left_behind(places) == {}
     assert "modules" not in os.listdir(home)  # the tiny model's remote code was copied into scratch, not here
 

@@ -111,10 +111,16 @@ def _parser():
         "doctor",
         help="is this stack affected, is the fix live, and a self-check against the oracle",
         description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
-        "fixed, or self-check failed; 2 unsupported Unsloth, or a --model DIR the self-check cannot run on; "
+        "fixed, or self-check failed; 2 unsupported Unsloth, a --model DIR the self-check cannot run on, or a "
+        "--config FILE whose plugin fields are refused; "
         "3 Unsloth not installed or not importable.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (always, also on errors)")
+    doctor.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the training script's YAML config: report the plugin's fields it sets, and self-check with its noise",
+    )
     _own_model_options(doctor)
     bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
     bench.add_argument(
@@ -247,9 +253,10 @@ def _doctor(args):
 
     try:
         _own_model(args)
+        fields = doctor.run_fields(args.config) if args.config else None  # refused before anything imports
         import_unsloth()
         with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
-            report = doctor.examine(model=args.model, settings=args.set)
+            report = doctor.examine(model=args.model, settings=args.set, fields=fields)
     except Failure as failure:  # (own_model.Refused too: a --model DIR the self-check cannot run on)
         report = doctor.unusable(str(failure), failure.code)
     except Exception as error:  # noqa: BLE001 - a health check reports what broke

@@ -3,16 +3,18 @@
 Prints the installed versions, the device, the plugin's mode with every patch and default, a verdict
 in one sentence, then a live self-check: the tiny model (or, with `--model DIR`, a tiny random copy of
 that checkpoint's architecture, see own_model), one GA=2 window whose micro-batches draw unequal mask
-counts, through the real DiffusionTrainer, judged by the oracle.
+counts, through the real DiffusionTrainer, judged by the oracle. With `--config FILE` (the training script's
+YAML), it also reports the plugin's fields that config sets, and the self-check trains with its noise fields.
 Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed (disabled,
 unpatched, a displaced patch, or a broken installation of the plugin), or the self-check failed (or could
 not run); 2 an Unsloth this plugin does not support, or (set by the command line) a `--model DIR` the
-self-check cannot run on; 3 (set by the command line) Unsloth is not installed or cannot be imported.
+self-check cannot run on or a `--config FILE` whose plugin fields are refused; 3 (set by the command line) Unsloth is not installed or cannot be imported.
 """
 
 import time
 from importlib import metadata
 
+from .. import config
 from ..registry import BROKEN, DISABLED, NATIVE, PATCHED, UNPATCHED, UNSUPPORTED
 from .console import DONE as FIXED
 from .console import FAILED as AFFECTED
@@ -58,14 +60,40 @@ def natively_fixed():
     return detect.recognise(*modules)[0] == detect.UPSTREAM
 
 
-def examine(self_check=True, model=None, settings=(), device="cpu"):
+# The fields of a run's training noise: the self-check trains with a config's own, and the oracle replays them.
+TRAINING_NOISE = (config.NOISE_FIELD, config.SAMPLER_FIELD, config.COMPLEMENTARY_FIELD)
+
+
+def run_fields(path):
+    """{field: value} of the plugin's fields a training config (YAML or JSON) sets to other than the default,
+    validated as DiffusionConfig validates them; one line (exit 2) for a value or combination it refuses."""
+    import types
+
+    from .impact.settings import Unusable, load_config
+
+    found = load_config(path)
+    try:
+        values = {field: config.validate(found.get(field), field) for field in config.FIELDS}
+        args = types.SimpleNamespace(**values)
+        config.check_together(args)
+        # (the model config's switch cannot ask for per-sample noise here: the self-check's model lacks it)
+        config.check_lower_variance(args, None, config.effective_noise(args, None), plugin_draws=True)
+    except ValueError as error:
+        raise Unusable(f"{path}: {str(error).removeprefix('unsloth_diffusion_norm: ')}") from None
+    return config.asked(args)
+
+
+def examine(self_check=True, model=None, settings=(), device="cpu", fields=None):
     """Everything doctor reports, as a dict (what --json prints). `model`: a checkpoint directory whose
     architecture the self-check runs at a tiny size (`settings`: (key, value) for that copy's config);
     own_model.Refused, one line, when it cannot. `device`: where the self-check trains (the oracle runs
-    there too)."""
+    there too). `fields`: a run config's plugin fields (run_fields), reported; the self-check trains with
+    its noise fields."""
     from ..activation import status
 
     report = {"versions": versions(), "device": accelerator()}
+    if fields:
+        report["fields"] = dict(fields)
     state = status()
     report.update(
         mode=state.mode,
@@ -85,7 +113,8 @@ def examine(self_check=True, model=None, settings=(), device="cpu"):
     native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     report["verdict"] = verdict(state, release, native)
     fixed = (state.mode == PATCHED or (native and state.mode != BROKEN)) and not state.displaced
-    passed = _self_check(report, model, settings, device) if self_check else True
+    noise = {field: value for field, value in (fields or {}).items() if field in TRAINING_NOISE}
+    passed = _self_check(report, model, settings, device, noise) if self_check else True
     report["exit"] = FIXED if fixed and passed else AFFECTED
     return report
 
@@ -146,8 +175,9 @@ def verdict(state, release, native):
     return said
 
 
-def _self_check(report, model, settings, device):
-    """Train one window and judge it by the oracle; the outcome goes into `report`. True if it passed."""
+def _self_check(report, model, settings, device, noise):
+    """Train one window (`noise`: a run config's noise fields) and judge it by the oracle; the outcome goes
+    into `report`. True if it passed."""
     from . import own_model, reproduce
 
     started = time.perf_counter()
@@ -166,7 +196,7 @@ def _self_check(report, model, settings, device):
             report["self_check"] = {**checks, "seconds": seconds, "device": str(device)}
             return checks["passed"]
         # this stack as it is: patched, native or unfixed
-        judged = reproduce.measure(seed=0, model=subject, device=device)
+        judged = reproduce.measure(seed=0, model=subject, device=device, **noise)
     except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
         report["self_check"] = {
             "passed": False,
@@ -176,6 +206,7 @@ def _self_check(report, model, settings, device):
         return False
     report["self_check"] = {
         **judged.report(),
+        "fields": noise,
         "passed": judged.ok,
         "seconds": round(time.perf_counter() - started, 2),
         "device": str(device),
@@ -210,6 +241,8 @@ def render(report):
         lines.append(f"  defaults: {report['defaults']}")
     lines += [f"  patched: {name}" for name in report.get("patches", [])]
     lines += [f"  DISPLACED: {name}" for name in report.get("displaced", [])]
+    if report.get("fields"):
+        lines.append("Run config sets: " + ", ".join(f"{k}={v!r}" for k, v in report["fields"].items()))
     lines.append(f"Verdict: {report['verdict']}")
     check, model = report.get("self_check"), report.get("model")
     subject = "tiny model"
@@ -226,13 +259,18 @@ def render(report):
         lines.append(f"Self-check: FAIL - it could not run: {check['error']}")
     elif check:
         lines.append(
-            f"Self-check ({check.get('device', 'cpu')}, {subject}, GA 2, masked tokens {check['counts']}): "
+            f"Self-check ({check.get('device', 'cpu')}, {subject}, GA 2{_with(check.get('fields'))}, masked tokens "
+            f"{check['counts']}): "
             f"{'PASS' if check['passed'] else 'FAIL'} - loss {check['loss']:.6f} vs oracle "
             f"{check['reference_loss']:.6f}, max grad error {check['grad_error']:.2e}, max param error "
             f"{check['param_error']:.2e}, worst error/tolerance {check['worst_error_over_tolerance']:.3g} "
             f"({check['seconds']} s)"
         )
     return "\n".join(lines)
+
+
+def _with(fields):
+    return ", " + ", ".join(f"{k}={v!r}" for k, v in fields.items()) if fields else ""
 
 
 def _family_lines(check, subject):

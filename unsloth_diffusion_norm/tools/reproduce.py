@@ -12,10 +12,11 @@ def measure(seed, model=None, device="cpu", normalization=None, **settings):
     """The self-check window on the tiny model, or on `model` (an own_model.OwnModel: a user's architecture),
     trained on `device`; `settings`: the run's DiffusionConfig flags, `normalization`: the oracle's, when not
     the objective of the model's family."""
+    pairs = bool(settings.get("diffusion_complementary_masks"))  # the oracle builds each row's partner
     if model is None:
-        run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed, device=device)
-        return judging.judge(run, run.windows[0])
-    return judge_copy(train_copy(seed, model, device, **settings), model, normalization)
+        run = experiment.train(EXAMPLES, gradient_accumulation_steps=2, seed=seed, device=device, **settings)
+        return judging.judge(run, run.windows[0], judging.OracleSettings(complementary=pairs))
+    return judge_copy(train_copy(seed, model, device, **settings), model, normalization, pairs)
 
 
 def train_copy(seed, model, device="cpu", **settings):
@@ -29,8 +30,9 @@ def train_copy(seed, model, device="cpu", **settings):
     )
 
 
-def judge_copy(run, model, normalization=None):
-    """A run of `model` against the oracle of its family's objective (`normalization`: another one's)."""
+def judge_copy(run, model, normalization=None, complementary=False):
+    """A run of `model` against the oracle of its family's objective (`normalization`: another one's;
+    `complementary`: a run with mask pairs)."""
     objective = oracle.OBJECTIVES[model.profile]
     return judging.judge(
         run,
@@ -41,6 +43,7 @@ def judge_copy(run, model, normalization=None):
             mask_id=model.mask_id,
             shift=objective.shift,
             normalization=normalization or objective.normalization,
+            complementary=complementary,
         ),
     )
 

@@ -69,6 +69,11 @@ CONFIG_KEYS = {f.name for f in dataclasses.fields(Settings)} | {
 
 def read_config(path):
     """The keys impact reads from a training YAML (or JSON) config, as a dict."""
+    return {k: v for k, v in load_config(path).items() if k in CONFIG_KEYS}
+
+
+def load_config(path):
+    """A training YAML (or JSON) config, every key, as a dict; Unusable, one line, when it is not one."""
     import yaml
 
     try:
@@ -80,7 +85,7 @@ def read_config(path):
         raise Unusable(f"the config {path!r} is not YAML: {' '.join(str(error).split())}") from None
     if not isinstance(loaded, dict):
         raise Unusable(f"the config {path!r} is not a mapping of settings")
-    return {k: v for k, v in loaded.items() if k in CONFIG_KEYS}
+    return loaded
 
 
 def from_command_line(args):
