@@ -1,11 +1,14 @@
 """The cuda tier: the same proof on a GPU - the oracle cases, a full Trainer.train(), Unsloth's compiled chunked
-loss, bf16 against its floor, per-sample noise, doctor's self-check - through the same cases and judges as on the
-CPU, given device="cuda". Marked `cuda`; skipped, saying why, where torch.cuda.is_available() is false, so on a
-CPU host it costs collection only. scripts/gpu_check.sh runs it on a GPU machine (docs/gpu.md)."""
+loss, bf16 against its floor, per-sample noise, the lower-variance noise, doctor's self-check - through the same
+cases and judges as on the CPU, given device="cuda". Marked `cuda`; skipped, saying why, where
+torch.cuda.is_available() is false, so on a CPU host it costs collection only. scripts/gpu_check.sh runs it on a
+GPU machine (docs/gpu.md)."""
 
 import pytest
 import torch
 from test_field import BF16, bf16_tolerance_is_justified_by_the_ga1_floor
+from test_lower_variance import CASES as LOWER_VARIANCE
+from test_lower_variance import lower_variance_matches_oracle
 from test_oracle_cases import (
     CASES,
     full_training_windows_2_2_1_with_evaluation_parity,
@@ -100,6 +103,14 @@ def test_bf16_on_cuda_against_the_bf16_floor_measured_there(fp32):  # autocast a
 def test_per_sample_noise_on_cuda_equals_the_oracles_cpu_replay(case, fp32):
     unsloth_diffusion_norm.apply()
     per_sample_noise_matches_oracle(case, device=CUDA)
+
+
+@pytest.mark.cuda
+@on_cuda
+@pytest.mark.parametrize("case", list(LOWER_VARIANCE))
+def test_lower_variance_noise_on_cuda_matches_the_oracle(case, fp32):
+    unsloth_diffusion_norm.apply()
+    lower_variance_matches_oracle(case, device=CUDA)
 
 
 @pytest.mark.cuda
