@@ -71,7 +71,7 @@ wheel-check: dist
 matrix: setup
 	$(BIN)/python scripts/matrix.py --page docs/compatibility.md $(MATRIX_FLAGS)
 
-# Does the fix change the model? (docs/convergence.md; about an hour on 2 cores.) Part 2's third arm, Unsloth's own
+# Does the fix change the model? (docs/convergence.md; about 45 minutes on 2 cores.) Part 2's third arm, Unsloth's own
 # fix, is trained on 2026.10.9 in the matrix leg's environment (.matrix/, built once), then both parts run here;
 # writes docs/convergence-native.json, docs/convergence.png and docs/convergence.json; then the lower-variance noise
 # arms (docs/noise.md) against the window arm: docs/convergence-lower-variance.json and .png.
