@@ -48,3 +48,24 @@ def test_native_normalization_maps_the_flag_onto_upstreams_setting():
     assert native(profile(None), args("window")) is None
     # A profile or arguments without the attribute (a non-masked profile; a config of another trainer).
     assert native(object(), args("window")) is None and native(profile("answer_length"), object()) == "answer_length"
+
+
+def test_a_command_lines_value_goes_through_the_fields_parser_with_argparses_one_line():
+    import argparse
+
+    parse = config.argument_type(config.SAMPLER_FIELD)
+    assert parse("stratified") == "stratified" and parse("None") is None
+    with pytest.raises(argparse.ArgumentTypeError) as error:
+        parse("sobol")
+    assert str(error.value) == "diffusion_t_sampler must be 'stratified' or None (the default), got 'sobol'."
+    draws = config.argument_type(config.EVAL_DRAWS_FIELD)
+    assert draws("4") == 4 and draws(" +3 ") == 3
+    for bad in ("-1", "0", "X3", "3-", "two"):  # each one argparse line, never a ValueError of int()
+        with pytest.raises(argparse.ArgumentTypeError, match="diffusion_eval_draws must be a whole number"):
+            draws(bad)
+
+
+def test_eval_draws_is_one_unless_a_run_asks_for_more():
+    assert config.eval_draws(SimpleNamespace()) == 1  # another trainer's config: no field
+    assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=None)) == 1
+    assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=3)) == 3

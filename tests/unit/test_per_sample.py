@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
-from unsloth_diffusion_norm.per_sample import KEYS, DataOrder, sample_key, uniforms
+from unsloth_diffusion_norm.per_sample import KEYS, DataOrder, sample_key, stratified, uniforms, window_strata
 
 
 def test_sample_keys_are_deterministic_distinct_and_depend_on_every_part():
@@ -132,3 +132,16 @@ def test_a_resumed_stream_with_ignore_data_skip_starts_its_first_epoch_at_the_be
     order.on_train_begin(args, None, None)
     order.on_epoch_begin(args, SimpleNamespace(global_step=3), None, train_dataloader=iter(()))
     assert (order.epoch, order.next_batch) == (0, 0)
+
+
+def test_a_steps_strata_are_a_permutation_keyed_by_seed_epoch_and_window():
+    strata = window_strata(0, 0, 0, 8)
+    assert sorted(strata) == list(range(8)) and strata == window_strata(0, 0, 0, 8)
+    others = [window_strata(1, 0, 0, 8), window_strata(0, 1, 0, 8), window_strata(0, 0, 1, 8)]
+    assert all(other != strata for other in others)  # (each equal by chance with probability 1/8!)
+
+
+def test_a_rows_level_moves_into_its_stratum_in_the_draws_dtype():
+    t = torch.tensor([0.0, 0.5, 0.999], dtype=torch.float64)
+    moved = stratified(t, [(0, 4), (3, 4), (1, 2)])
+    assert moved.dtype == torch.float64 and moved.tolist() == [0.0, 3.5 / 4, 1.999 / 2]

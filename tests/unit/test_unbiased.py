@@ -169,3 +169,24 @@ def test_a_planted_biased_sampler_fails_the_same_check(name, model, directions):
     found = misses(model, directions, sampler, pairs)
     print(name, found)
     assert found["loss sum"] > 2 * BOUND, found
+
+
+def test_the_pair_rule_at_its_edges_and_with_an_attention_mask():
+    """The partner is the complement at 1 - p exactly where 1 - p stays in [eps, 1] (p = 1 - eps included), else
+    the mask again at p (p above 1 - eps, up to 1); every tensor of the micro-batch is doubled, the forward's
+    attention mask too."""
+    levels = torch.tensor([0.5, 1 - EPS, 1 - EPS / 2, 1.0])
+    masked = torch.tensor([[True, False, True], [True, True, False], [False, True, True], [True, True, True]])
+    maskable = torch.tensor([[True, True, True], [True, True, False], [True, True, True], [True, True, True]])
+    ids, attention = torch.arange(12).reshape(4, 3), torch.ones(4, 3, dtype=torch.long)
+    pair = noise.paired(noise.Noise(ids, attention, maskable, masked, levels[:, None].expand(4, 3)), EPS)
+    assert pair.p_mask[4:, 0].tolist() == [0.5, (1 - levels[1]).item(), levels[2].item(), 1.0]  # (in float32)
+    assert pair.masked[4:].tolist() == [[False, True, False], [False, False, False], [False, True, True], [True] * 3]
+    assert torch.equal(pair.forward_mask, torch.cat([attention, attention])) and torch.equal(pair.input_ids[4:], ids)
+    assert torch.equal(pair.maskable, torch.cat([maskable, maskable]))
+    assert noise.paired(noise.Noise(ids, None, maskable, masked, levels[:, None]), EPS).forward_mask is None
+
+
+def test_strata_are_made_on_the_draws_device():  # "meta": a device other than the CPU that every host has
+    t = torch.empty(2, device="meta")
+    assert per_sample.stratified(t, [(0, 2), (1, 2)]).device == t.device
