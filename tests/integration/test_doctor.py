@@ -53,10 +53,12 @@ def test_the_verdict_names_what_the_release_still_gets_wrong_and_what_the_plugin
 
 
 @pytest.mark.fresh_interpreter
-def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why():
+def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why(tmp_path):
     env = {**os.environ, **fixtures.CPU_ENVIRONMENT, "UNSLOTH_DIFFUSION_NORM": "0"}
+    run_config = tmp_path / "train.yaml"
+    run_config.write_text("diffusion_loss_normalization: window\n")  # a field the switched-off plugin cannot honour
     done = subprocess.run(
-        [sys.executable, "-m", "unsloth_diffusion_norm.tools.cli", "doctor", "--json"],
+        [sys.executable, "-m", "unsloth_diffusion_norm.tools.cli", "doctor", "--json", "--config", str(run_config)],
         capture_output=True,
         text=True,
         env=env,
@@ -70,7 +72,9 @@ def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows
     else:
         assert done.returncode == 1 and not report["self_check"]["passed"]
         assert report["self_check"]["worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
-    assert report["verdict"].endswith("the plugin is disabled, so nothing fixes that.")
+    assert "the plugin is disabled, so nothing fixes that." in report["verdict"]
+    assert report["fields"] == {"diffusion_loss_normalization": "window"}
+    assert report["verdict"].endswith("with the plugin turned off a DiffusionTrainer refuses them at construction.")
 
 
 def test_unrecognised_internals_exit_2_without_a_self_check(capsys, drifted):

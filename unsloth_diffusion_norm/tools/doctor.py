@@ -112,6 +112,11 @@ def examine(self_check=True, model=None, settings=(), device="cpu", fields=None)
         return report
     native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     report["verdict"] = verdict(state, release, native)
+    if fields and state.mode == DISABLED:
+        report["verdict"] += (
+            " The config sets the plugin's fields, and with the plugin turned off a DiffusionTrainer refuses them at "
+            "construction."
+        )
     fixed = (state.mode == PATCHED or (native and state.mode != BROKEN)) and not state.displaced
     noise = {field: value for field, value in (fields or {}).items() if field in TRAINING_NOISE}
     passed = _self_check(report, model, settings, device, noise) if self_check else True
