@@ -7,7 +7,8 @@
 After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
 L's last run left alive; after a function changed, `run --label L --mutants module.function` (a method:
 module.Class.method) reruns all of its mutants (renamed: `--mutants OLD NEW` also drops the old name's
-verdicts); `legs --only LEG` runs one leg.
+verdicts); `legs --only LEG` runs one leg. A run stopped part-way goes on where it stopped with `run --label L`
+alone: mutmut keeps each verdict under mutants/ as it comes (`make mutation` starts over: it removes mutants/).
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
