@@ -84,6 +84,27 @@ def test_k_draws_are_the_mean_of_k_keyed_draws_one_forward_each(arms):
     assert abs(loss - single) > 100 * oracle.tolerance(single)  # three draws, not the first one thrice
 
 
+def test_an_opted_in_family_evaluates_by_each_batchs_masked_tokens_at_the_runs_noise_floor(plugin):
+    """LLaDA opted into window normalization, with a noise floor of the run's own: a fixed evaluation normalizes
+    each batch by its masked tokens, not by LLaDA's answer lengths, and draws at the run's eps. The oracle with
+    either one wrong misses it, so that the check can fail."""
+    from unsloth.models.diffusion_profiles import diffusion_profiles
+
+    llada = next(p for p in diffusion_profiles() if p.name == "llada")
+    run = _train(diffusion_profile=llada, diffusion_loss_normalization="window", diffusion_eps=0.25, **FIXED)
+    loss, seen = experiment.evaluate(run.trainer, seed=None)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    keyed = judging.keyed_evaluation(seen, SEED)
+
+    def oracle_loss(**settings):
+        return judging.expected_fixed_evaluation_loss(run.reference_model, keyed, judging.OracleSettings(**settings))
+
+    expected = oracle_loss(eps=0.25, normalization=oracle.MASKED_TOKENS)
+    assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
+    for wrong in (dict(eps=0.25, normalization=oracle.ANSWER_LENGTH), dict(normalization=oracle.MASKED_TOKENS)):
+        assert abs(loss - oracle_loss(**wrong)) > 100 * oracle.tolerance(expected), wrong
+
+
 def _evaluating(found):
     """before_train: record {step: eval_loss} of every evaluation this train() call runs."""
     from transformers import TrainerCallback
