@@ -6,6 +6,7 @@ import os
 import re
 
 import pytest
+import torch
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
@@ -82,6 +83,23 @@ def test_k_draws_are_the_mean_of_k_keyed_draws_one_forward_each(arms):
     assert abs(loss - expected) <= oracle.tolerance(expected)
     single = judging.expected_fixed_evaluation_loss(run.reference_model, [draws[:1] for draws in keyed])
     assert abs(loss - single) > 100 * oracle.tolerance(single)  # three draws, not the first one thrice
+
+
+def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):
+    """Trainer passes prediction_step's inputs by position; another caller may name them. Keyed or not, the same
+    step either way (outside an evaluation the keys number the batch's rows from 0)."""
+    for name in ("fixed", "unset"):
+        trainer = arms[name][0].trainer
+        batch = next(iter(trainer.get_eval_dataloader()))
+        losses = []
+        for by_name in (False, True):
+            torch.manual_seed(0)  # the release's own draws come from the global RNG: the same ones both times
+            if by_name:
+                found = trainer.prediction_step(model=trainer.model, inputs=batch, prediction_loss_only=True)
+            else:
+                found = trainer.prediction_step(trainer.model, batch, True)
+            losses.append(found[0].item())
+        assert losses[0] == losses[1], name
 
 
 def test_an_opted_in_family_evaluates_by_each_batchs_masked_tokens_at_the_runs_noise_floor(plugin):
