@@ -422,3 +422,19 @@ def test_a_release_without_the_diffusion_trainer_module_is_named_unsupported(mon
         assert registry.STATE.unsloth_version and registry.STATE.unsloth_version.startswith("2026.")
     finally:
         registry.STATE.mode, registry.STATE.reason, registry.STATE.patches, registry.STATE.shape = saved
+
+
+def test_every_patch_of_a_release_object_wraps_something_the_release_has(plugin):
+    """A patch replaces one of the release's own objects and never adds a name the release lacks, but for the
+    DiffusionConfig fields and one property: patching anew, every other target is there once they are off."""
+    # A property over the attribute Trainer.__init__ sets on each instance: the class has no such name of its own.
+    added = {"model_accepts_loss_kwargs", *config.FIELDS}
+    unsloth_diffusion_norm.unpatch()
+    unsloth_diffusion_norm.apply()  # (anew: every patch set is built again)
+    targets = [(p.owner, p.attribute) for _, p in registry.applied() if not p.item and p.attribute not in added]
+    unsloth_diffusion_norm.unpatch()
+    try:
+        missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in targets if not hasattr(owner, name)]
+    finally:
+        unsloth_diffusion_norm.apply()
+    assert targets and missing == []
