@@ -31,7 +31,9 @@ def _evaluate_twice(run):
 
 @pytest.fixture(scope="module")
 def arms():
-    """Per arm (the field unset, "fixed"): the run without evaluation and the same run evaluating every step."""
+    """Per arm (the field unset, "fixed"): the run without evaluation and the same run evaluating every step.
+    Patched anew, as in a user's process: the patch sets, each wrapper's release included, are built here."""
+    unsloth_diffusion_norm.unpatch()
     unsloth_diffusion_norm.apply()
     return {name: (_train(**flags), _train(**EVERY_STEP, **flags)) for name, flags in (("unset", {}), ("fixed", FIXED))}
 
