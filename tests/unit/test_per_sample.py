@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
-from unsloth_diffusion_norm.per_sample import KEYS, DataOrder, sample_key, stratified, uniforms, window_strata
+from unsloth_diffusion_norm.per_sample import KEYS, STRATA, DataOrder, sample_key, stratified, uniforms, window_strata
 
 
 def test_sample_keys_are_deterministic_distinct_and_depend_on_every_part():
@@ -145,3 +145,17 @@ def test_a_rows_level_moves_into_its_stratum_in_the_draws_dtype():
     t = torch.tensor([0.0, 0.5, 0.999], dtype=torch.float64)
     moved = stratified(t, [(0, 4), (3, 4), (1, 2)])
     assert moved.dtype == torch.float64 and moved.tolist() == [0.0, 3.5 / 4, 1.999 / 2]
+
+
+def test_stratified_rows_take_their_strata_from_their_steps_keyed_permutation():
+    """n = batch 3 × GA 2 = 6 examples a step: each row's stratum is its place in the keyed permutation of its
+    step (seed, epoch, the step's place in the epoch), whichever micro-batch the row is in."""
+    for seed, epoch in ((0, 0), (1, 0), (0, 1)):
+        args = arguments(seed=seed, diffusion_t_sampler="stratified", per_device_train_batch_size=3)
+        n = 3 * 2
+        order = DataOrder()
+        order.epoch = epoch
+        tagged = [found[STRATA] for found in order.tag(args, [batch(3)] * 5)]
+        rows = [stratum for micro_batch in tagged for stratum in micro_batch]
+        expected = [window_strata(seed, epoch, step, n) for step in range(3)]
+        assert rows == [(expected[p // n][p % n], n) for p in range(15)], (seed, epoch)
