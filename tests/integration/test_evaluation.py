@@ -125,6 +125,24 @@ def test_an_opted_in_family_evaluates_by_each_batchs_masked_tokens_at_the_runs_n
         assert abs(loss - oracle_loss(**wrong)) > 100 * oracle.tolerance(expected), wrong
 
 
+def test_a_fixed_evaluation_keeps_the_runs_time_weighting_and_refuses_what_the_release_refuses(plugin):
+    """diffusion_time_weighting="none" (no 1/p): the keyed evaluation is the oracle's without the weight, which the
+    weighted oracle misses; a weighting the release does not support is refused there with the release's words."""
+    run = _train(diffusion_time_weighting="none", **FIXED)
+    loss, seen = experiment.evaluate(run.trainer, seed=None)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    keyed = judging.keyed_evaluation(seen, SEED)
+    expected = judging.expected_fixed_evaluation_loss(
+        run.reference_model, keyed, judging.OracleSettings(inverse_t=False)
+    )
+    assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
+    weighted = judging.expected_fixed_evaluation_loss(run.reference_model, keyed)
+    assert abs(loss - weighted) > 100 * oracle.tolerance(expected)
+    run.trainer.args.diffusion_time_weighting = "sqrt_t"
+    with pytest.raises(ValueError, match="does not support diffusion_time_weighting='sqrt_t'"):
+        experiment.evaluate(run.trainer, seed=None)
+
+
 def _evaluating(found):
     """before_train: record {step: eval_loss} of every evaluation this train() call runs."""
     from transformers import TrainerCallback
