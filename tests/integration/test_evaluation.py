@@ -104,10 +104,10 @@ def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):
         assert losses[0] == losses[1], name
 
 
-def test_an_opted_in_family_evaluates_by_each_batchs_masked_tokens_at_the_runs_noise_floor(plugin):
+def test_a_familys_fixed_evaluation_normalizes_as_the_run_asks_at_the_runs_noise_floor(plugin):
     """LLaDA opted into window normalization, with a noise floor of the run's own: a fixed evaluation normalizes
-    each batch by its masked tokens, not by LLaDA's answer lengths, and draws at the run's eps. The oracle with
-    either one wrong misses it, so that the check can fail."""
+    each batch by its masked tokens, not by LLaDA's answer lengths, and draws at the run's eps; not opted in, by
+    its answer lengths. The oracle with either one wrong misses it, so that the check can fail."""
     from unsloth.models.diffusion_profiles import diffusion_profiles
 
     llada = next(p for p in diffusion_profiles() if p.name == "llada")
@@ -123,6 +123,14 @@ def test_an_opted_in_family_evaluates_by_each_batchs_masked_tokens_at_the_runs_n
     assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
     for wrong in (dict(eps=0.25, normalization=oracle.ANSWER_LENGTH), dict(normalization=oracle.MASKED_TOKENS)):
         assert abs(loss - oracle_loss(**wrong)) > 100 * oracle.tolerance(expected), wrong
+    # Not opted in, LLaDA keeps its own: each batch by its answer lengths.
+    run = _train(diffusion_profile=llada, diffusion_eps=0.25, **FIXED)
+    loss, seen = experiment.evaluate(run.trainer, seed=None)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    keyed = judging.keyed_evaluation(seen, SEED)
+    expected = oracle_loss(eps=0.25, normalization=oracle.ANSWER_LENGTH)
+    assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
+    assert abs(loss - oracle_loss(eps=0.25, normalization=oracle.MASKED_TOKENS)) > 100 * oracle.tolerance(expected)
 
 
 def test_a_fixed_evaluation_keeps_the_runs_time_weighting_and_refuses_what_the_release_refuses(plugin):
