@@ -309,6 +309,10 @@ SHAPE_SPECIFIC = {
     "unsloth_diffusion_norm.patches._loss_drawn_at_first_step",
     "unsloth_diffusion_norm.loss.dense_cross_entropy",
     "unsloth_diffusion_norm.config.native_normalization",
+    "unsloth_diffusion_norm.config.native_draws",
+    "unsloth_diffusion_norm.evaluation._label",  # a trainer instance's patches: on a native release only
+    "unsloth_diffusion_norm.evaluation.native_patches",
+    "unsloth_diffusion_norm.evaluation._keyed_evaluation_loss",
 }
 
 
