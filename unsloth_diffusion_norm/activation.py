@@ -3,7 +3,7 @@
 import logging
 import sys
 
-from . import config, registry
+from . import registry
 from .registry import STATE, logger
 
 TRAINER_MODULE = "unsloth.models.diffusion_trainer"
@@ -341,8 +341,16 @@ def status():
         DEFAULTS.get(STATE.mode) if STATE.patches else None,
         # Only the process-wide set: a trainer's own patches may be wrapped on that trainer by design.
         tuple(patch.name for patch in STATE.patches if not patch.in_place()),
-        # Per-run fields live on each trainer's args, not in the process: those of the trainers alive now.
-        tuple(
-            sorted({field for trainer in list(STATE.trainers) for field in config.lower_variance_fields(trainer.args)})
-        ),
+        _asked_by_trainers(),
+    )
+
+
+def _asked_by_trainers():
+    """Per-run fields live on each trainer's args, not in the process: those of the trainers alive now."""
+    if not STATE.trainers:
+        return ()
+    from . import config  # here, not at the top: `import unsloth_diffusion_norm` stays without dataclasses
+
+    return tuple(
+        sorted({field for trainer in list(STATE.trainers) for field in config.lower_variance_fields(trainer.args)})
     )

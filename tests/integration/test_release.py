@@ -38,11 +38,14 @@ THEN_APPLY = (
 def test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches():
     line, _ = _python(
         "import sys, time; t = time.perf_counter(); import unsloth_diffusion_norm as u; "
-        "ms = (time.perf_counter() - t) * 1000; "
-        "seen = (u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, round(ms, 1))\n" + THEN_APPLY
+        "ms = (time.perf_counter() - t) * 1000; light = 'dataclasses' not in sys.modules; "
+        "seen = (u.status().mode, 'torch' in sys.modules, 'unsloth' in sys.modules, light, "
+        "'dataclasses' not in sys.modules, round(ms, 1))\n" + THEN_APPLY
     )
-    mode, torch_loaded, unsloth_loaded, _ms, applied = line.split()
+    mode, torch_loaded, unsloth_loaded, light, still_light, _ms, applied = line.split()
     assert (mode, torch_loaded, unsloth_loaded) == ("pending", "False", "False")
+    # Nor dataclasses, which pulls inspect, after the import or a status(): the import stays a few milliseconds.
+    assert (light, still_light) == ("True", "True")
     # apply() before Unsloth is imported imports it; the post-import hook that runs meanwhile is no second apply.
     assert applied == EXPECTED_MODE
 
