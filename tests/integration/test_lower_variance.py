@@ -18,6 +18,8 @@ PAIRS = dict(diffusion_complementary_masks=True)
 CASES = {
     "stratified": dict(examples=equal_answers(4), seed=0, **STRATIFIED),
     "complementary": dict(examples=equal_answers(4), seed=1, **PAIRS),
+    # A floor of the run's own: levels above 1 - eps (here 0.75) keep their mask, which the default floor reflects.
+    "complementary, eps 0.25": dict(examples=equal_answers(8), seed=0, diffusion_eps=0.25, **PAIRS),
     "both, batch 2 with padding, GA 3 over 5": dict(
         examples=[Example([10, 11], list(range(30, 30 + n))) for n in (3, 9, 5, 7, 4)],
         batch_size=2,
@@ -40,7 +42,7 @@ def lower_variance_matches_oracle(case, device="cpu"):
     spec = CASES[case]
     run = experiment.train(**spec, device=device)
     pairs = spec.get("diffusion_complementary_masks", False)
-    settings = OracleSettings(complementary=pairs)
+    settings = OracleSettings(complementary=pairs, eps=spec.get("diffusion_eps", EPS))
     for i, window in enumerate(run.windows):
         verdict = judge(run, window, settings)
         assert verdict.ok, f"{case}, window {i}: {verdict}"
