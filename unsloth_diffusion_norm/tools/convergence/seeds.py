@@ -321,8 +321,9 @@ def render(part):
         cells.append(f"{row[WINDOW]['sd']:.4f}" if WINDOW in row and row[WINDOW]["sd"] is not None else "—")
         body.append(cells)
     lines = tables.markdown(header, body) + [""] + [f"verdict: {line}" for line in part["verdict"]]
-    if spread(part["summary"], labels) is not None:
-        lines.append(spread(part["summary"], labels))
+    spread_line = spread(part["summary"], labels)
+    if spread_line is not None:
+        lines.append(spread_line)
     if part.get("native_vs_window") is not None:
         lines.append(
             f"{labels[NATIVE]} against the window, held-out objective at every measured step of every seed: "
