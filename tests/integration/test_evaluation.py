@@ -106,8 +106,8 @@ def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):
 
 def test_a_familys_fixed_evaluation_normalizes_as_the_run_asks_at_the_runs_noise_floor(plugin):
     """LLaDA opted into window normalization, with a noise floor of the run's own: a fixed evaluation normalizes
-    each batch by its masked tokens, not by LLaDA's answer lengths, and draws at the run's eps; not opted in, by
-    its answer lengths. The oracle with either one wrong misses it, so that the check can fail."""
+    each batch by its masked tokens, not by LLaDA's answer lengths, and draws at the run's eps. The oracle with
+    either one wrong misses it, so that the check can fail."""
     from unsloth.models.diffusion_profiles import diffusion_profiles
 
     llada = next(p for p in diffusion_profiles() if p.name == "llada")
@@ -123,14 +123,43 @@ def test_a_familys_fixed_evaluation_normalizes_as_the_run_asks_at_the_runs_noise
     assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
     for wrong in (dict(eps=0.25, normalization=oracle.ANSWER_LENGTH), dict(normalization=oracle.MASKED_TOKENS)):
         assert abs(loss - oracle_loss(**wrong)) > 100 * oracle.tolerance(expected), wrong
-    # Not opted in, LLaDA keeps its own: each batch by its answer lengths.
-    run = _train(diffusion_profile=llada, diffusion_eps=0.25, **FIXED)
+
+
+# Two rows per batch, no padding, answers of 1 to 6 maskable tokens. The third row's answer is one token long,
+# which its keyed draw at eps 0.25 masks: a row of one maskable token divides by 1.
+UNEQUAL = [
+    Example([67, 68], [46, 47, 48]),
+    Example([69], [49, 50, 51, 52]),
+    Example([60, 61, 62, 63, 64, 65], [40], eos=False),
+    Example([66], [41, 42, 43, 44, 45]),
+]
+
+
+@pytest.mark.parametrize("name", ["llada", "dream"])
+def test_a_family_not_opted_in_keeps_its_own_normalization_under_a_fixed_evaluation(name, plugin):
+    """Not opted in, a family's keyed evaluation normalizes each batch of two by its own rule: LLaDA each row by
+    its answer length and the mean over the rows, Dream the batch's masked tokens (with its shifted logits). The
+    other family's rule misses it, so that the check can fail."""
+    from unsloth.models.diffusion_profiles import diffusion_profiles
+
+    profile = next(p for p in diffusion_profiles() if p.name == name)
+    run = experiment.train(
+        TRAIN, seed=SEED, eval_examples=UNEQUAL, batch_size=2, diffusion_profile=profile, diffusion_eps=0.25, **FIXED
+    )
     loss, seen = experiment.evaluate(run.trainer, seed=None)
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
-    keyed = judging.keyed_evaluation(seen, SEED)
-    expected = oracle_loss(eps=0.25, normalization=oracle.ANSWER_LENGTH)
+    keyed = judging.keyed_evaluation(seen, SEED, batch_size=2)
+    assert [draws[0]["input_ids"].shape for draws in keyed] == [torch.Size([2, 6]), torch.Size([2, 7])]
+    own = oracle.OBJECTIVES[name].normalization
+    (other,) = {oracle.ANSWER_LENGTH, oracle.MASKED_TOKENS} - {own}
+
+    def oracle_loss(normalization):
+        settings = judging.OracleSettings(eps=0.25, shift=profile.shift_logits, normalization=normalization)
+        return judging.expected_fixed_evaluation_loss(run.reference_model, keyed, settings)
+
+    expected = oracle_loss(own)
     assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
-    assert abs(loss - oracle_loss(eps=0.25, normalization=oracle.MASKED_TOKENS)) > 100 * oracle.tolerance(expected)
+    assert abs(loss - oracle_loss(other)) > 100 * oracle.tolerance(expected)
 
 
 def test_a_fixed_evaluation_keeps_the_runs_time_weighting_and_refuses_what_the_release_refuses(plugin):
