@@ -96,6 +96,28 @@ def test_nvidias_dp_varying_mask_ratio_asks_for_per_sample_noise_in_one_line(plu
     assert experiment.divergence(asked, own) == 0.0  # (the same weights: only the config field differs)
 
 
+def test_the_model_config_is_found_where_the_release_finds_it(plugin):
+    """dp_varying_mask_ratio is read from the config the release's DiffusionTrainer resolves its profile from: the
+    model's own, else its base_model's (PEFT), else its module's (a wrapper); None when none has one."""
+    from unsloth.models.diffusion_trainer import _unwrap_config
+
+    from unsloth_diffusion_norm import patches
+
+    own, base, inner = (types.SimpleNamespace(name=name) for name in ("own", "base", "inner"))
+    bare = types.SimpleNamespace
+    shapes = {
+        "its own": bare(config=own, base_model=bare(config=base), module=bare(config=inner)),
+        "its base_model's": bare(base_model=bare(config=base), module=bare(config=inner)),
+        "its module's": bare(base_model=bare(), module=bare(config=inner)),
+        "a None config passed over": bare(config=None, module=bare(config=inner)),
+        "none": bare(base_model=bare(), module=bare()),
+        "nothing to look in": bare(),
+    }
+    found = {name: patches._model_config(model) for name, model in shapes.items()}
+    assert found == {name: _unwrap_config(model) for name, model in shapes.items()}
+    assert [getattr(c, "name", None) for c in found.values()] == ["own", "base", "inner", "inner", None, None]
+
+
 def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):
     """Every noise path the plugin draws itself reads the run's settings: the oracle replays eps 0.3 and
     unweighted losses, window by window."""

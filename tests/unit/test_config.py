@@ -69,3 +69,25 @@ def test_eval_draws_is_one_unless_a_run_asks_for_more():
     assert config.eval_draws(SimpleNamespace()) == 1  # another trainer's config: no field
     assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=None)) == 1
     assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=3)) == 3
+
+
+def test_the_construction_note_names_where_the_noise_comes_from_only_when_the_run_did_not_say():
+    """Per-sample noise the model config asked for (the field unset) is named; per-sample noise the run set
+    itself is not; global noise is named only where ranks can draw alike (more than one)."""
+
+    def note(mode, world_size, field=None):
+        return config.noise_note(SimpleNamespace(**{config.NOISE_FIELD: field}, world_size=world_size), mode)
+
+    assert note(config.PER_SAMPLE, 1) == (
+        "unsloth_diffusion_norm: the model's config sets dp_varying_mask_ratio=True, so every example draws its own "
+        "noise (diffusion_noise='per_sample'); diffusion_noise='global' keeps the global RNG's draws."
+    )
+    assert note(config.PER_SAMPLE, 2) == note(config.PER_SAMPLE, 1)
+    assert note(config.PER_SAMPLE, 1, field=config.PER_SAMPLE) is None
+    assert note(config.PER_SAMPLE, 2, field=config.PER_SAMPLE) is None
+    assert note(config.GLOBAL, 1) is None and note(config.GLOBAL, 1, field=config.GLOBAL) is None
+    assert note(config.GLOBAL, 2) == (
+        "unsloth_diffusion_norm: the noise comes from the global RNG, seeded alike on all 2 data-parallel ranks, so "
+        "every rank draws the same noise levels; diffusion_noise='per_sample' gives each example its own."
+    )
+    assert "on all 3 data-parallel ranks" in note(config.GLOBAL, 3, field=config.GLOBAL)
