@@ -91,3 +91,17 @@ def test_the_construction_note_names_where_the_noise_comes_from_only_when_the_ru
         "every rank draws the same noise levels; diffusion_noise='per_sample' gives each example its own."
     )
     assert "on all 3 data-parallel ranks" in note(config.GLOBAL, 3, field=config.GLOBAL)
+
+
+def test_the_noise_is_the_runs_field_else_the_model_configs_switch_else_global():
+    """The field when set; unset or absent (a namespace of some fields only), the model config's
+    dp_varying_mask_ratio when it is exactly True; a config without the switch, or no config, draws globally."""
+    unset, absent = SimpleNamespace(**{config.NOISE_FIELD: None}), SimpleNamespace()
+    varying, fixed, other = (SimpleNamespace(**{config.DP_VARYING: v}) for v in (True, False, 1))
+    for args in (unset, absent):
+        assert config.effective_noise(args, varying) == config.PER_SAMPLE
+        for model_config in (fixed, other, SimpleNamespace(), None):
+            assert config.effective_noise(args, model_config) == config.GLOBAL
+    for value in (config.GLOBAL, config.PER_SAMPLE):
+        for model_config in (varying, fixed, None):
+            assert config.effective_noise(SimpleNamespace(**{config.NOISE_FIELD: value}), model_config) == value
