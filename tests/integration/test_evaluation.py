@@ -104,6 +104,34 @@ def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):
         assert losses[0] == losses[1], name
 
 
+@pytest.mark.skipif(MODE != registry.NATIVE, reason="the trainer's profile copy is patched on 2026.10.7+ only")
+def test_the_profiles_keyed_draw_and_loss_take_their_arguments_by_position_or_by_name(plugin):
+    """The release calls its profile's prepare_batch and compute_loss by position; another caller may name them.
+    A keyed training draw and a keyed evaluation loss are the same either way."""
+    from unsloth_diffusion_norm import evaluation, per_sample
+
+    trainer = _train(diffusion_noise="per_sample", **FIXED).trainer
+    profile, model, args = trainer.diffusion_profile, trainer.model, trainer.args
+    batch = next(iter(trainer.get_eval_dataloader()))
+    rows = batch["input_ids"].shape[0]
+    training = {**batch, per_sample.KEYS: [7 + row for row in range(rows)]}
+    drawn = [
+        profile.prepare_batch(model, training, args),
+        profile.prepare_batch(model=model, inputs=training, args=args),
+    ]
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(*drawn, strict=True)), (
+        "a keyed draw differs by how its arguments are passed"
+    )
+    keyed = evaluation.EvalOrder().tag(args, batch, 1)
+    with torch.no_grad():
+        losses = [
+            profile.compute_loss(model, keyed, args)[0],
+            profile.compute_loss(model=model, inputs=keyed, args=args)[0],
+        ]
+    assert torch.equal(*losses)
+    assert not torch.equal(losses[0], profile.compute_loss(model, batch, args)[0])  # (keyed: not the global draw)
+
+
 def test_a_familys_fixed_evaluation_normalizes_as_the_run_asks_at_the_runs_noise_floor(plugin):
     """LLaDA opted into window normalization, with a noise floor of the run's own: a fixed evaluation normalizes
     each batch by its masked tokens, not by LLaDA's answer lengths, and draws at the run's eps. The oracle with
