@@ -96,6 +96,26 @@ def test_nvidias_dp_varying_mask_ratio_asks_for_per_sample_noise_in_one_line(plu
     assert experiment.divergence(asked, own) == 0.0  # (the same weights: only the config field differs)
 
 
+@pytest.mark.skipif(MODE != registry.NATIVE, reason="the undrawn fetch stands in for 2026.10.7+'s own")
+def test_the_undrawn_fetch_takes_its_arguments_by_position_or_by_name_and_ends_as_the_releases_does(plugin):
+    """Trainer fetches a window by position; another caller may name the arguments. The same rows either way,
+    with the window their noise is drawn into at its first step; an exhausted iterator gives the release's
+    ([], None)."""
+    from unsloth_diffusion_norm.window import Window
+
+    trainer = experiment.train(EXAMPLES[:4], seed=0).trainer
+    loader = trainer.get_train_dataloader()
+    fetched = [
+        trainer.get_batch_samples(iter(loader), 2, None),
+        trainer.get_batch_samples(epoch_iterator=iter(loader), num_batches=2, device=None),
+    ]
+    for batches, window in fetched:
+        assert len(batches) == 2 and isinstance(window, Window)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(fetched[0][0], fetched[1][0], strict=True))
+    assert trainer.get_batch_samples(iter([]), 2, None) == ([], None)
+    assert trainer.get_batch_samples(epoch_iterator=iter([]), num_batches=2, device=None) == ([], None)
+
+
 def test_the_model_config_is_found_where_the_release_finds_it(plugin):
     """dp_varying_mask_ratio is read from the config the release's DiffusionTrainer resolves its profile from: the
     model's own, else its base_model's (PEFT), else its module's (a wrapper); None when none has one."""
