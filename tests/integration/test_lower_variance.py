@@ -92,7 +92,10 @@ def test_the_fields_unset_leave_the_run_bitwise_as_it_was(plugin):
         (dict(diffusion_t_sampler="stratified", diffusion_noise="global"), "diffusion_noise='per_sample'"),
         (dict(diffusion_t_sampler="uniform"), "diffusion_t_sampler must be 'stratified' or None"),
         (dict(diffusion_complementary_masks="maybe"), "must be True or False"),
-        (dict(diffusion_complementary_masks=True, diffusion_loss_normalization="microbatch"), "draws its own"),
+        (
+            dict(diffusion_complementary_masks=True, diffusion_loss_normalization="microbatch"),
+            "at diffusion_loss_normalization='microbatch' draws its own",
+        ),
     ],
 )
 def test_what_cannot_hold_is_refused_in_one_line(settings, words, plugin):
