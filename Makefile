@@ -84,7 +84,7 @@ convergence: setup
 	$(RUN) $(BIN)/python scripts/convergence.py --part 2 --arms window,stratified,complementary,both,twice \
 		--plot docs/convergence-lower-variance.png --json docs/convergence-lower-variance.json
 
-# Mutation testing of the core (about an hour and a half on 2 cores; not in CI): mutmut and the fresh-interpreter /
+# Mutation testing of the core (several hours on 2 cores; not in CI): mutmut and the fresh-interpreter /
 # launched-rank pass here, then the dense and native legs for what no test reached here; writes
 # mutation/report.md (the score and every mutant's fate). See scripts/mutation.py.
 mutation: setup

@@ -12,7 +12,7 @@ alone: mutmut keeps each verdict under mutants/ as it comes (`make mutation` sta
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
-mutants the first left alive. Takes about an hour and a half on 2 cores; not part of CI.
+mutants the first left alive. Takes several hours on 2 cores (the native leg alone 75 minutes); not part of CI.
 
 Pass 1 is mutmut (config in pyproject.toml): it copies the package to mutants/, compiles every mutant of the
 core in behind a switch, maps each test to the functions it calls, and runs, per mutant, the tests of its
