@@ -138,6 +138,25 @@ def test_the_model_config_is_found_where_the_release_finds_it(plugin):
     assert [getattr(c, "name", None) for c in found.values()] == ["own", "base", "inner", "inner", None, None]
 
 
+@pytest.mark.skipif(MODE == registry.NATIVE, reason="the patched releases' per-sample noise keeps the profile's")
+def test_the_model_configs_switch_with_a_family_it_cannot_key_is_refused_in_its_words(plugin, tmp_path):
+    """dp_varying_mask_ratio=True asks for per-sample noise, which LLaDA's own answer-length normalization cannot
+    take on 2026.10.4-.6: the refusal names the switch, not a field the run never set, and the way out."""
+    from unsloth.models.diffusion_profiles import diffusion_profiles
+
+    from unsloth_diffusion_norm.proof.fixtures import write_tiny_checkpoint
+
+    llada = next(p for p in diffusion_profiles() if p.name == "llada")
+    varying = write_tiny_checkpoint(str(tmp_path / "varying"), dp_varying_mask_ratio=True)
+    with pytest.raises(ValueError) as error:
+        experiment.build(EXAMPLES[:2], experiment.Setup.of(checkpoint=varying, diffusion_profile=llada), record=False)
+    assert str(error.value) == (
+        "unsloth_diffusion_norm: the model config's dp_varying_mask_ratio=True (per-sample noise) with 'llada''s "
+        "own 'answer_length' normalization is not available on this release; set diffusion_loss_normalization="
+        "'window' or set diffusion_noise='global'."
+    )
+
+
 def test_a_runs_own_eps_and_weighting_reach_every_draw_and_loss(plugin):
     """Every noise path the plugin draws itself reads the run's settings: the oracle replays eps 0.3 and
     unweighted losses, window by window."""
