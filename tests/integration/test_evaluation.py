@@ -283,6 +283,24 @@ def test_bad_values_are_refused_at_construction(plugin, tmp_path):
     assert args.to_dict()["diffusion_eval_noise"] == "fixed" and args.to_dict()["diffusion_eval_draws"] == 4
 
 
+def test_draws_set_on_the_arguments_after_they_were_made_are_refused_at_the_trainer(plugin):
+    """DiffusionConfig checks its fields when it is made; a field set afterwards is checked when a trainer is
+    built on it, in the same words."""
+    trainer = experiment.build(TRAIN[:2], experiment.Setup.of(), record=False).trainer
+    args = trainer.args
+    args.diffusion_eval_draws = 4
+    try:
+        with pytest.raises(ValueError, match=re.escape("diffusion_eval_draws=4 averages keyed evaluation draws")):
+            type(trainer)(
+                model=trainer.model,
+                args=args,
+                train_dataset=trainer.train_dataset,
+                processing_class=trainer.processing_class,
+            )
+    finally:
+        args.diffusion_eval_draws = 1
+
+
 @pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
 def test_native_keyed_evaluation_is_per_trainer(plugin):
     """2026.10.7+: Unsloth's classes stay untouched; the trainer that asks carries its own evaluation patches."""
