@@ -21,8 +21,8 @@ FIXED = {"diffusion_eval_noise": "fixed"}
 EVERY_STEP = {"eval_strategy": "steps", "eval_steps": 1}
 
 
-def _train(**settings):
-    return experiment.train(TRAIN, seed=SEED, eval_examples=HELD, **settings)
+def _train(eval_examples=HELD, **settings):
+    return experiment.train(TRAIN, seed=SEED, eval_examples=eval_examples, **settings)
 
 
 def _evaluate_twice(run):
@@ -171,9 +171,7 @@ def test_a_family_not_opted_in_keeps_its_own_normalization_under_a_fixed_evaluat
     from unsloth.models.diffusion_profiles import diffusion_profiles
 
     profile = next(p for p in diffusion_profiles() if p.name == name)
-    run = experiment.train(
-        TRAIN, seed=SEED, eval_examples=UNEQUAL, batch_size=2, diffusion_profile=profile, diffusion_eps=0.25, **FIXED
-    )
+    run = _train(UNEQUAL, batch_size=2, diffusion_profile=profile, diffusion_eps=0.25, **FIXED)
     loss, seen = experiment.evaluate(run.trainer, seed=None)
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
     keyed = judging.keyed_evaluation(seen, SEED, batch_size=2)
