@@ -87,3 +87,32 @@ def test_a_command_that_succeeds_is_an_ordinary_completed_process():
     done = processes.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "out\n", "err\n")
     assert isinstance(done, subprocess.CompletedProcess)
+
+
+# A proof process makes scratch folders, forks a child that makes its own and exits normally, then exits.
+SCRATCH_USER = textwrap.dedent("""
+    import os, sys
+    from unsloth_diffusion_norm.proof import fixtures
+    mine = fixtures.scratch("udn-run-")
+    open(os.path.join(mine, "kept-until-exit"), "w").close()
+    child = os.fork()
+    if child == 0:
+        fixtures.scratch("udn-resume-")  # the parent's scratch directory, already made: the child's exit spares it
+        sys.exit(0)
+    os.waitpid(child, 0)
+    assert os.path.exists(os.path.join(mine, "kept-until-exit")), "a forked child's exit removed its parent's scratch"
+    print(mine)
+""")
+
+
+def test_scratch_folders_are_removed_when_the_process_that_made_them_exits(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", SCRATCH_USER],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(tmp_path))
+    assert os.listdir(tmp_path) == []

@@ -10,12 +10,11 @@ weights after the optimizer step. The oracle replays the masks from that RNG sta
 import contextlib
 import copy
 import os
-import tempfile
 from dataclasses import dataclass, field, fields
 
 import torch
 
-from . import oracle
+from . import fixtures, oracle
 from .fixtures import LEARNING_RATE, load_model, loaded_first
 
 
@@ -213,7 +212,7 @@ def _arguments(setup):
 
     config = setup.config
     settings = dict(
-        output_dir=config.get("output_dir") or tempfile.mkdtemp(prefix="udn-run-"),  # made only if config names none
+        output_dir=config.get("output_dir") or fixtures.scratch("udn-run-"),  # made only if config names none
         per_device_train_batch_size=setup.batch_size,
         per_device_eval_batch_size=setup.batch_size,
         gradient_accumulation_steps=setup.gradient_accumulation_steps,
@@ -383,7 +382,7 @@ class Resumed:
 def train_and_resume(examples, at, workdir=None, **kwargs):
     """Train `examples` saving a checkpoint every `at` steps; then train again from checkpoint-`at` in a
     fresh trainer, as a restarted job would (`workdir` must be shared by all ranks under DDP)."""
-    workdir = workdir or tempfile.mkdtemp(prefix="udn-resume-")
+    workdir = workdir or fixtures.scratch("udn-resume-")
     full_dir, resumed_dir = os.path.join(workdir, "full"), os.path.join(workdir, "resumed")
     full = train(examples, output_dir=full_dir, save_strategy="steps", save_steps=at, **kwargs)
     checkpoint = os.path.join(full_dir, f"checkpoint-{at}")

@@ -2,8 +2,10 @@
 CPU environment of our own runs - each defined here once. Imports neither torch nor Unsloth (the command
 line reads it before it knows whether they are installed)."""
 
+import atexit
 import contextlib
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -68,11 +70,26 @@ def tiny_checkpoint():
     the command line points tempfile at a scratch directory of its own and removes it afterwards."""
     where = tempfile.gettempdir()
     if where not in _CHECKPOINTS:
-        _CHECKPOINTS[where] = write_tiny_checkpoint(os.path.join(tempfile.mkdtemp(prefix="udn-"), "tiny"))
+        _CHECKPOINTS[where] = write_tiny_checkpoint(os.path.join(scratch("udn-tiny-"), "tiny"))
     return _CHECKPOINTS[where]
 
 
 _CHECKPOINTS = {}
+
+
+def scratch(prefix):
+    """A fresh directory for what a run writes and nobody keeps (the tiny checkpoint, run folders, resumed
+    runs' checkpoints): inside one directory per process and temporary directory, removed when the process
+    exits. Without it every test run, launched rank and fresh interpreter left its folders in /tmp."""
+    where = tempfile.gettempdir()
+    if where not in _SCRATCH:
+        _SCRATCH[where] = tempfile.mkdtemp(prefix="udn-scratch-")
+        owner = os.getpid()  # a forked child inherits the exit handler; only the process that made it removes it
+        atexit.register(lambda root=_SCRATCH[where]: os.getpid() == owner and shutil.rmtree(root, ignore_errors=True))
+    return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH[where])
+
+
+_SCRATCH = {}
 
 
 def load_model(lora=None, checkpoint=None, device="cpu"):

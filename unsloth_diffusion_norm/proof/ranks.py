@@ -134,9 +134,7 @@ def _settings(case, counter, engine):
     if case.eval_noise is not None:
         settings.update(diffusion_eval_noise=case.eval_noise, eval_strategy="steps", eval_steps=1)
     if case.model_config:  # the tiny checkpoint with these config fields (each rank writes its own copy)
-        settings["checkpoint"] = fixtures.write_tiny_checkpoint(
-            tempfile.mkdtemp(prefix="udn-ckpt-"), **case.model_config
-        )
+        settings["checkpoint"] = fixtures.write_tiny_checkpoint(fixtures.scratch("udn-ckpt-"), **case.model_config)
     return settings
 
 

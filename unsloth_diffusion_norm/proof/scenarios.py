@@ -12,11 +12,10 @@ in one process, train() twice.
 import contextlib
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 
 from ..activation import unpatched
-from . import experiment, judging, oracle, tables
+from . import experiment, fixtures, judging, oracle, tables
 from .fixtures import equal_answers, mixed_answers
 
 
@@ -114,7 +113,7 @@ def drive(scenario, control=False, device="cpu"):
         second.trainer.train()
         return [first, second]
     if scenario.runs == "resume-unpatched-checkpoint":
-        workdir = tempfile.mkdtemp(prefix="udn-resume-")
+        workdir = fixtures.scratch("udn-resume-")
         with unpatched():
             experiment.train(
                 examples, output_dir=os.path.join(workdir, "unpatched"), save_strategy="steps", save_steps=2, **settings
