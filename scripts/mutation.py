@@ -391,14 +391,42 @@ def merged(labels=None):
     return found
 
 
-def equivalents():
-    found = {}
+PINNED = "    "  # indented under an entry: that mutant's mutated lines as they were when it was judged
+
+
+def equivalents(pinned=False):
+    """{mutant: reason} of mutation/equivalent.txt; pinned=True: {mutant: [its mutated lines as judged]}."""
+    found, pins, mutant = {}, {}, None
     if os.path.exists(EQUIVALENT):
-        for line in open(EQUIVALENT):
-            if line.strip() and not line.startswith("#"):
+        for line in open(EQUIVALENT, encoding="utf-8"):
+            if line.startswith(PINNED):
+                pins.setdefault(mutant, []).append(line[len(PINNED) :].rstrip("\n"))
+            elif line.strip() and not line.startswith("#"):
                 mutant, _, reason = line.strip().partition(" ")
                 found[mutant] = reason.strip()
-    return found
+    return pins if pinned else found
+
+
+def pin_equivalents(current):
+    """Hold each equivalent to the mutation it was judged on. mutmut numbers a function's mutants in order, so
+    a change to the function renumbers them and an entry silently comes to name another mutation: refuse
+    that, and write the mutated lines under each entry that has none yet. `current`: {mutant: [mutated lines]}."""
+    pins = equivalents(pinned=True)
+    moved = {m: (pins[m], now) for m, now in current.items() if m in pins and pins[m] != now}
+    if moved:
+        sys.exit(
+            "mutation/equivalent.txt: these entries now name another mutation (the function changed and mutmut "
+            "renumbered its mutants; find each reason's mutant anew):\n"
+            + "\n".join(f"  {m}: judged on {was}, now {now}" for m, (was, now) in moved.items())
+        )
+    out = []
+    for line in open(EQUIVALENT, encoding="utf-8").read().splitlines():
+        if line.startswith(PINNED):
+            continue  # written anew below, from the checked pins or the current diff
+        out.append(line)
+        mutant = line.split(" ", 1)[0] if line.strip() and not line.startswith("#") else None
+        out.extend(PINNED + mutated for mutated in pins.get(mutant) or current.get(mutant) or [])
+    open(EQUIVALENT, "w", encoding="utf-8").write("\n".join(out) + "\n")
 
 
 def diff_of(mutant):
@@ -429,6 +457,8 @@ def report(args):
     alive = sorted((m for m, r in results.items() if not r["killed"]), key=order)
     open_ = [m for m in alive if m not in said]
     equivalent = [m for m in alive if m in said]
+    mutated = {m: diff_of(m) for m in [*open_, *said]}
+    pin_equivalents({m: mutated[m] for m in said})
     killed = len(results) - len(alive)
     score = killed / max(len(results) - len(equivalent), 1)
     modules = {}
@@ -459,12 +489,12 @@ def report(args):
         "",
         "## Surviving (no test kills them yet)",
         "",
-        *(f"- `{m}`: `{' / '.join(diff_of(m))}`" for m in open_),
+        *(f"- `{m}`: `{' / '.join(mutated[m])}`" for m in open_),
         *([] if open_ else ["None."]),
         "",
         "## Equivalent (behaviour cannot differ)",
         "",
-        *(f"- `{m}`: `{' / '.join(diff_of(m))}` — {said[m]}" for m in equivalent),
+        *(f"- `{m}`: `{' / '.join(mutated[m])}` — {said[m]}" for m in equivalent),
         *([] if equivalent else ["None."]),
         "",
         "## Every mutant",

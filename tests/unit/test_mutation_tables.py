@@ -50,6 +50,38 @@ def unknown_mutants(mutants):
     return sorted(bad)
 
 
+def function_lines():
+    """{qualified name: the stripped lines of its source} of every function mutmut mutates."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "unsloth_diffusion_norm", "*.py"))):
+        stem = os.path.basename(path)[: -len(".py")]
+        module = "unsloth_diffusion_norm" + ("" if stem == "__init__" else "." + stem)
+        source = open(path, encoding="utf-8").read()
+        lines = source.splitlines()
+        for node in ast.parse(source, path).body:
+            members = [("", node)] if not isinstance(node, ast.ClassDef) else [(node.name + ".", m) for m in node.body]
+            for prefix, member in members:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):  # whole lines: comments included
+                    own = lines[member.lineno - 1 : member.end_lineno]
+                    found[f"{module}.{prefix}{member.name}"] = {line.strip() for line in own}
+    return found
+
+
+def test_each_equivalent_mutant_is_pinned_to_a_line_its_function_still_has():
+    """Each entry of mutation/equivalent.txt carries the lines its mutant changed when it was judged
+    (`scripts/mutation.py report` writes them and refuses an entry whose number now names another
+    mutation). A function whose judged line is gone has changed: its mutants were renumbered."""
+    pins, lines = mutation.equivalents(pinned=True), function_lines()
+    unpinned = sorted(set(mutation.equivalents()) - set(pins))
+    gone = sorted(
+        mutant
+        for mutant, mutated in pins.items()
+        if not any(line[1:].strip() in lines.get(mutant.partition("#")[0], ()) for line in mutated if line[0] == "-")
+    )
+    assert not unpinned, f"mutation/equivalent.txt entries without their mutated lines: {unpinned}"
+    assert not gone, f"mutation/equivalent.txt entries whose judged line the function no longer has: {gone}"
+
+
 def test_the_fresh_and_shape_tables_name_functions_the_core_has():
     fresh = [pattern for pattern in mutation.FRESH if not fnmatch.filter(CORE, pattern)]
     shape = sorted(set(mutation.SHAPE_SPECIFIC) - set(CORE))
