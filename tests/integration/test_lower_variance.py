@@ -3,6 +3,7 @@ against the oracle, which replays the strata and builds the pairs from its own r
 levels whatever the layout; the fields unset leave a run bitwise as it was; what cannot hold is refused at
 construction. Their unbiasedness is tests/unit/test_unbiased.py's."""
 
+import dataclasses
 import gc
 
 import pytest
@@ -20,6 +21,16 @@ CASES = {
     "complementary": dict(examples=equal_answers(4), seed=1, **PAIRS),
     # A floor of the run's own: levels above 1 - eps (here 0.75) keep their mask, which the default floor reflects.
     "complementary, eps 0.25": dict(examples=equal_answers(8), seed=0, diffusion_eps=0.25, **PAIRS),
+    # Under 'microbatch' the plugin still draws per-sample noise, so it pairs each keyed micro-batch itself. A pair
+    # masks its answer once: unequal answers make each micro-batch's count differ from the window's mean.
+    "complementary, per-sample noise, microbatch": dict(
+        examples=[Example([10, 11], list(range(30, 30 + n))) for n in (3, 9, 5, 7)],
+        seed=1,
+        diffusion_noise="per_sample",
+        diffusion_loss_normalization="microbatch",
+        gradient_accumulation_steps=2,
+        **PAIRS,
+    ),
     "both, batch 2 with padding, GA 3 over 5": dict(
         examples=[Example([10, 11], list(range(30, 30 + n))) for n in (3, 9, 5, 7, 4)],
         batch_size=2,
@@ -42,14 +53,21 @@ def lower_variance_matches_oracle(case, device="cpu"):
     spec = CASES[case]
     run = experiment.train(**spec, device=device)
     pairs = spec.get("diffusion_complementary_masks", False)
-    settings = OracleSettings(complementary=pairs, eps=spec.get("diffusion_eps", EPS))
+    microbatch = spec.get("diffusion_loss_normalization") == "microbatch"
+    settings = OracleSettings(
+        complementary=pairs,
+        eps=spec.get("diffusion_eps", EPS),
+        normalization=oracle.MASKED_TOKENS if microbatch else oracle.WINDOW,
+    )
     for i, window in enumerate(run.windows):
         verdict = judge(run, window, settings)
         assert verdict.ok, f"{case}, window {i}: {verdict}"
     # The same judge with the feature's defect planted in the reference - no pairs, or no strata - must fail.
     window = run.windows[0]
     if pairs:
-        assert not judge(run, window, OracleSettings(complementary=False)).ok
+        assert not judge(run, window, dataclasses.replace(settings, complementary=False)).ok
+    if microbatch:  # each micro-batch by its own count, as asked: the window's count misses
+        assert not judge(run, window, dataclasses.replace(settings, normalization=oracle.WINDOW)).ok
     if "diffusion_t_sampler" in spec:
         window.batches = [{k: v for k, v in batch.items() if k != "strata"} for batch in window.batches]
         assert not judge(run, window, settings).ok

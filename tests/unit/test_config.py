@@ -65,6 +65,34 @@ def test_a_command_lines_value_goes_through_the_fields_parser_with_argparses_one
             draws(bad)
 
 
+def test_the_pairs_flag_takes_a_command_lines_true_and_false_in_any_case():
+    """HfArgumentParser hands a bool field's "True" / "false" to the field's parser as text; YAML may too."""
+    field = config.COMPLEMENTARY_FIELD
+    for text, value in (("true", True), ("True", True), ("TRUE", True), ("false", False), ("False", False)):
+        assert config.validate(text, field) is value, text
+    assert config.validate(True, field) is True and config.validate(None, field) is False
+    for bad in ("yes", "1", 1, "truex"):
+        with pytest.raises(ValueError, match=rf"{field} must be True or False \(the default\), got {bad!r}"):
+            config.validate(bad, field)
+
+
+def test_a_negative_draw_count_on_the_command_line_is_named_as_the_number_it_is():
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError) as error:
+        config.argument_type(config.EVAL_DRAWS_FIELD)(" -2")
+    assert str(error.value) == ("diffusion_eval_draws must be a whole number of draws, 1 or more (default 1), got -2.")
+
+
+def test_several_evaluation_draws_alone_are_refused_and_need_fixed_evaluation_noise():
+    draws = config.EVAL_DRAWS_FIELD
+    for asked in (SimpleNamespace(**{draws: 3}), SimpleNamespace(**{draws: 3, config.EVAL_NOISE_FIELD: None})):
+        with pytest.raises(ValueError, match=rf"{draws}=3 averages keyed evaluation draws; set "):
+            config.check_together(asked)
+    config.check_together(SimpleNamespace(**{draws: 3, config.EVAL_NOISE_FIELD: config.FIXED}))
+    config.check_together(SimpleNamespace())  # another trainer's config: nothing to check
+
+
 def test_eval_draws_is_one_unless_a_run_asks_for_more():
     assert config.eval_draws(SimpleNamespace()) == 1  # another trainer's config: no field
     assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=None)) == 1
