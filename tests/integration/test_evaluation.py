@@ -153,6 +153,32 @@ def test_a_familys_fixed_evaluation_normalizes_as_the_run_asks_at_the_runs_noise
         assert abs(loss - oracle_loss(**wrong)) > 100 * oracle.tolerance(expected), wrong
 
 
+def test_llada_opted_in_evaluates_its_unkeyed_draws_by_each_batchs_masked_tokens(plugin):
+    """Opted into window normalization, LLaDA's evaluation with diffusion_eval_noise unset (the release's draws
+    from the global RNG, replayed by the oracle from each step's RNG state) divides each batch by its masked
+    tokens, as its fixed evaluation does; by LLaDA's answer lengths it misses."""
+    from unsloth.models.diffusion_profiles import diffusion_profiles
+
+    llada = next(p for p in diffusion_profiles() if p.name == "llada")
+    run = _train(diffusion_profile=llada, diffusion_loss_normalization="window")
+    loss, seen = experiment.evaluate(run.trainer)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    settings = judging.OracleSettings()
+
+    def oracle_loss(normalization):
+        losses = []
+        for state, batch in seen:
+            masks = oracle.replay_noise([batch], state, settings.eps, settings.eos_id)
+            with torch.no_grad():
+                found, _ = oracle.window_loss(run.reference_model, masks, settings.mask_id, True, False, normalization)
+            losses.append(found.item())
+        return sum(losses) / len(losses)
+
+    expected = oracle_loss(oracle.MASKED_TOKENS)
+    assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
+    assert abs(loss - oracle_loss(oracle.ANSWER_LENGTH)) > 100 * oracle.tolerance(expected)
+
+
 # Two rows per batch, no padding, answers of 1 to 6 maskable tokens. The third row's answer is one token long,
 # which its keyed draw at eps 0.25 masks: a row of one maskable token divides by 1.
 UNEQUAL = [
