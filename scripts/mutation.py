@@ -3,6 +3,7 @@
     python scripts/mutation.py run --label unsloth-2026.10.6   # pass 1 + pass 2 in this environment
     python scripts/mutation.py legs                            # the other code shapes' legs: what is alive here
     python scripts/mutation.py report                          # mutation/report.md from every result file
+    python scripts/mutation.py forget                          # drop the verdicts of functions the core lost
 
 After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
 L's last run left alive; after a function changed, `run --label L --mutants module.function` (a method:
@@ -89,11 +90,13 @@ RANKS = [TESTS + "multiprocess/test_data_parallel.py"]
 FRESH = {
     "unsloth_diffusion_norm._switch": SWITCH,
     "unsloth_diffusion_norm.activation.register_hooks": HOOKS,
-    "unsloth_diffusion_norm.activation._PostImportFinder.*": HOOKS,
-    "unsloth_diffusion_norm.activation._HookedLoader.*": HOOKS,
+    "unsloth_diffusion_norm.hooks.run_after_import": HOOKS,
+    "unsloth_diffusion_norm.hooks._PostImportFinder.*": HOOKS,
+    "unsloth_diffusion_norm.hooks._HookedLoader.*": HOOKS,
     "unsloth_diffusion_norm.activation._on_trainer_module": HOOKS + DISABLED,
     "unsloth_diffusion_norm.activation._on_unsloth": HOOKS,
-    "unsloth_diffusion_norm.activation._log_once": SWITCH + BROKEN,
+    "unsloth_diffusion_norm.report.log_once": SWITCH + BROKEN,
+    "unsloth_diffusion_norm.report.warn_once": SWITCH + BROKEN,
     "unsloth_diffusion_norm.activation.disable": DISABLED,
     "unsloth_diffusion_norm.activation._accept_flags_only": DISABLED,
     "unsloth_diffusion_norm.activation._broken": BROKEN,
@@ -101,7 +104,7 @@ FRESH = {
     "unsloth_diffusion_norm.activation.apply": HOOKS + BROKEN,
     # What it may import (nothing while no trainer is alive) shows in a fresh interpreter; and mutmut maps only
     # new tests to functions, so a function added after its stats were collected needs its tests named.
-    "unsloth_diffusion_norm.activation._asked_by_trainers": HOOKS[:1] + [LOWER_VARIANCE_STATUS],
+    "unsloth_diffusion_norm.report._asked_by_trainers": HOOKS[:1] + [LOWER_VARIANCE_STATUS],
     "unsloth_diffusion_norm.patches.flags_only": DISABLED,
     "unsloth_diffusion_norm.patches._refuse_flags": DISABLED,
     "unsloth_diffusion_norm.window.data_parallel_rule": RANKS,
@@ -314,8 +317,8 @@ SHAPE_SPECIFIC = {
     "unsloth_diffusion_norm.patches._fetch_undrawn",
     "unsloth_diffusion_norm.patches._loss_drawn_at_first_step",
     "unsloth_diffusion_norm.loss.dense_cross_entropy",
-    "unsloth_diffusion_norm.config.native_normalization",
-    "unsloth_diffusion_norm.config.native_draws",
+    "unsloth_diffusion_norm.config.upstream_normalization_for",
+    "unsloth_diffusion_norm.config.plugin_draws_for",
     "unsloth_diffusion_norm.evaluation._label",  # a trainer instance's patches: on a native release only
     "unsloth_diffusion_norm.evaluation.native_patches",
     "unsloth_diffusion_norm.evaluation._keyed_evaluation_loss",
@@ -373,6 +376,39 @@ def legs(args):
 def result_files(labels=None):
     files = sorted(f for f in os.listdir(RESULTS) if f.startswith("results-") and f.endswith(".json"))
     return [json.load(open(os.path.join(RESULTS, f))) for f in files if not labels or f[8:-5] in labels]
+
+
+def core_functions():
+    """The qualified names of the core's functions and of its module-level classes' methods, read with ast."""
+    import ast
+    import glob
+
+    found = set()
+    for path in glob.glob(os.path.join(ROOT, "unsloth_diffusion_norm", "*.py")):
+        stem = os.path.basename(path)[: -len(".py")]
+        module = "unsloth_diffusion_norm" + ("" if stem == "__init__" else "." + stem)
+        for node in ast.parse(open(path, encoding="utf-8").read(), path).body:
+            members = [("", node)] if not isinstance(node, ast.ClassDef) else [(node.name + ".", m) for m in node.body]
+            found |= {
+                f"{module}.{prefix}{member.name}"
+                for prefix, member in members
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+    return found
+
+
+def forget(args):
+    """Drop from every result file the verdicts of functions the core no longer has (moved or renamed: their
+    new names' mutants run with `run --mutants NEW`); the report then describes only code the core holds."""
+    core = core_functions()
+    for name in sorted(f for f in os.listdir(RESULTS) if f.startswith("results-") and f.endswith(".json")):
+        path = os.path.join(RESULTS, name)
+        result = json.load(open(path))
+        gone = sorted({function_of(m) for m in result["mutants"]} - core)
+        if gone:
+            result["mutants"] = {m: r for m, r in result["mutants"].items() if function_of(m) in core}
+            json.dump(result, open(path, "w"), indent=1, sort_keys=True)
+            print(f"{name}: forgot the verdicts of {', '.join(gone)}")
 
 
 def merged(labels=None):
@@ -561,8 +597,9 @@ def main(argv=None):
     g.add_argument("--only", nargs="+", choices=LEGS, help="these legs only")
     p = sub.add_parser("report", help="mutation/report.md from every result file")
     p.add_argument("--min-score", type=float, default=0.95)
+    sub.add_parser("forget", help="drop the verdicts of functions the core no longer has from every result file")
     args = parser.parse_args(argv)
-    return {"run": run, "legs": legs, "report": report}[args.command](args)
+    return {"run": run, "legs": legs, "report": report, "forget": forget}[args.command](args)
 
 
 if __name__ == "__main__":

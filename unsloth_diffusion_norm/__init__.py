@@ -9,10 +9,10 @@ not), stands down on releases that are right natively, and never imports torch o
 Set UNSLOTH_DIFFUSION_NORM=0 to turn the import-time patching off.
 """
 
-import logging
 import os
 
-from .activation import apply, status, unpatch, unpatched
+from .activation import apply, unpatch, unpatched
+from .report import status
 
 __all__ = ["apply", "status", "unpatch", "unpatched", "ENV"]
 __version__ = "0.1.0"
@@ -21,16 +21,16 @@ OFF, ON = ("0", "false", "no", "off"), ("1", "true", "yes", "on", "")
 
 
 def _switch():
-    from .activation import _log_once, disable, register_hooks
+    from .activation import disable, register_hooks
+    from .report import warn_once
 
     value = os.environ.get(ENV, "1")
     if value.strip().lower() in OFF:
         return disable(f"{ENV}={value}")
     if value.strip().lower() not in ON:
-        _log_once(
-            logging.WARNING,
-            f"unsloth_diffusion_norm: {ENV}={value!r} is not understood, so patching stays on; "
-            f"use one of {', '.join(OFF)} to turn it off, or {', '.join(v for v in ON if v)} to keep it on.",
+        warn_once(
+            f"{ENV}={value!r} is not understood, so patching stays on; "
+            f"use one of {', '.join(OFF)} to turn it off, or {', '.join(v for v in ON if v)} to keep it on."
         )
     register_hooks()
 

@@ -68,7 +68,7 @@ def patched_loss(release, profile, model, inputs, args, masked_loss):
 
     def one_draw(keyed):
         drawn = release.draw(profile, model, keyed, args)
-        own = None if config.effective(profile, args) != config.WINDOW else drawn.masked.sum()
+        own = None if config.normalization_for(profile, args) != config.WINDOW else drawn.masked.sum()
         return masked_loss(profile, model, drawn, args, own, release.masked_module)
 
     return mean_of_draws(inputs, one_draw)
@@ -108,7 +108,7 @@ def global_rng_held(device):
 
 
 def _keyed_evaluation(release, trainer):
-    return config.eval_noise(trainer.args) == config.FIXED and isinstance(
+    return config.eval_noise_for(trainer.args) == config.FIXED and isinstance(
         getattr(trainer, "diffusion_profile", None), release.masked_module.MaskedDiffusionProfile
     )
 
@@ -132,7 +132,7 @@ def _keyed_prediction_step(release, wrapped, trainer, pos, kwargs):
         return wrapped(*pos, **kwargs)
     order = registry.per_trainer(trainer).eval_order or EvalOrder()  # (outside an evaluation: from position 0)
     _, inputs = prediction_arguments(*pos, **kwargs)
-    tagged = order.tag(trainer.args, inputs, config.eval_draws(trainer.args))
+    tagged = order.tag(trainer.args, inputs, config.EVAL_DRAWS.of(trainer.args))
     pos, kwargs = replaced(pos, kwargs, 1, "inputs", tagged)
     return wrapped(*pos, **kwargs)
 
@@ -146,7 +146,7 @@ def trainer_patches(release, owner, make):
             owner,
             "evaluation_loop",
             make(_held_evaluation_loop),
-            f"{config.EVAL_NOISE_FIELD}='fixed': each evaluation numbers its examples from 0 and leaves every "
+            f"{config.EVAL_NOISE.name}='fixed': each evaluation numbers its examples from 0 and leaves every "
             "global RNG as it found it",
         ),
         Patch(
@@ -154,7 +154,7 @@ def trainer_patches(release, owner, make):
             owner,
             "prediction_step",
             make(_keyed_prediction_step),
-            f"{config.EVAL_NOISE_FIELD}='fixed': each evaluation row's generator seeds (seed, eval position, draw)",
+            f"{config.EVAL_NOISE.name}='fixed': each evaluation row's generator seeds (seed, eval position, draw)",
         ),
     ]
 
@@ -172,7 +172,7 @@ def native_patches(release, trainer, profile):
             profile,
             "compute_loss",
             wrap_method(profile, _keyed_evaluation_loss, release),
-            f"{config.EVAL_NOISE_FIELD}='fixed': upstream's loss of each keyed evaluation draw, averaged",
+            f"{config.EVAL_NOISE.name}='fixed': upstream's loss of each keyed evaluation draw, averaged",
         ),
         *trainer_patches(release, trainer, lambda function: wrap_method(trainer, function, release)),
     ]

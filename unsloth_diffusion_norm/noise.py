@@ -79,6 +79,6 @@ def paired(noise, eps):
 def paired_if_asked(noise, profile, args):
     """A training micro-batch's noise, in pairs where the run asks for them (callers pass training draws only:
     a window's, or a keyed one; evaluation and direct calls keep one mask per example)."""
-    if not config.complementary(args):
+    if not config.COMPLEMENTARY.of(args):
         return noise
     return paired(noise, float(profile.option(args, "diffusion_eps")))

@@ -40,7 +40,7 @@ LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_c
 def noise_of(trainer):
     """The noise settled at construction; for a trainer built while unpatched, its flag."""
     kept = trainer.__dict__.get(registry.PER_TRAINER)
-    return (kept.noise if kept is not None else None) or getattr(trainer.args, config.NOISE_FIELD, None)
+    return (kept.noise if kept is not None else None) or getattr(trainer.args, config.NOISE.name, None)
 
 
 def _model_config(model):
@@ -52,10 +52,10 @@ def _model_config(model):
 
 
 def _settle_noise(trainer):
-    """The run's noise (config.effective_noise), kept on the trainer: the flag, NVIDIA's model-config switch,
+    """The run's noise (config.noise_for), kept on the trainer: the flag, NVIDIA's model-config switch,
     or the resume-exact global draws."""
     kept = registry.per_trainer(trainer)
-    kept.noise = config.effective_noise(trainer.args, _model_config(trainer.model))
+    kept.noise = config.noise_for(trainer.args, _model_config(trainer.model))
     return kept.noise
 
 
@@ -69,7 +69,7 @@ def _say_noise(trainer, mode):
 def uses_window(trainer):
     profile = getattr(trainer, "diffusion_profile", None)
     args = getattr(trainer, "args", None)
-    return profile is not None and config.effective(profile, args) == config.WINDOW
+    return profile is not None and config.normalization_for(profile, args) == config.WINDOW
 
 
 # --- Unsloth 2026.10.4-.6 ------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
     model, inputs, args, num_items_in_batch = loss_arguments(*pos, **kwargs)
     if evaluation.KEYS in inputs:  # diffusion_eval_noise="fixed": the release's evaluation loss, keyed draws
         return evaluation.patched_loss(release, profile, model, inputs, args, LOSSES[release.shape])
-    if config.effective(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
+    if config.normalization_for(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
         return wrapped(*pos, **kwargs)
     loss.check_weighting(profile, args)
     masked_loss = LOSSES[release.shape]
@@ -142,19 +142,19 @@ def _patched_trainer_init(release, wrapped, trainer, pos, kwargs):
     mode = _settle_noise(trainer)
     if mode == config.PER_SAMPLE:
         profile = trainer.diffusion_profile
-        if config.effective(profile, trainer.args) == config.MICROBATCH and profile.loss_normalization not in (
+        if config.normalization_for(profile, trainer.args) == config.MICROBATCH and profile.loss_normalization not in (
             config.MASKED_TOKENS,
             config.GLOBAL_MASKED_TOKENS,
         ):
-            if getattr(trainer.args, config.NOISE_FIELD, None):
-                asked, instead = f"{config.NOISE_FIELD}='per_sample'", f"leave {config.NOISE_FIELD} at None"
+            if getattr(trainer.args, config.NOISE.name, None):
+                asked, instead = f"{config.NOISE.name}='per_sample'", f"leave {config.NOISE.name} at None"
             else:
                 asked = f"the model config's {config.DP_VARYING}=True (per-sample noise)"
-                instead = f"set {config.NOISE_FIELD}='global'"
+                instead = f"set {config.NOISE.name}='global'"
             raise ValueError(
                 f"unsloth_diffusion_norm: {asked} with {profile.name!r}'s own "
                 f"{profile.loss_normalization!r} normalization is not available on this release; "
-                f"set {config.FIELD}='window' or {instead}."
+                f"set {config.NORMALIZATION.name}='window' or {instead}."
             )
         per_sample.data_order(trainer)  # registered now, to see the first epoch begin
     config.check_lower_variance(
@@ -272,14 +272,14 @@ def _check_flags(trainer, MaskedDiffusionProfile):
     config.check_together(args)
     if isinstance(profile, MaskedDiffusionProfile):
         return
-    if config.effective(profile, args) == config.WINDOW:
+    if config.normalization_for(profile, args) == config.WINDOW:
         raise ValueError(
-            f"unsloth_diffusion_norm: {config.FIELD}={getattr(args, config.FIELD, None)!r}: window normalization is implemented for the "
+            f"unsloth_diffusion_norm: {config.NORMALIZATION.name}={getattr(args, config.NORMALIZATION.name, None)!r}: window normalization is implemented for the "
             f"masked-diffusion profiles (Nemotron-Labs-Diffusion, Dream, LLaDA), not for {profile.name!r}. "
             f"Use None or 'microbatch'."
         )
     for field, value in config.asked(args).items():
-        if field != config.FIELD:
+        if field != config.NORMALIZATION.name:
             raise ValueError(
                 f"unsloth_diffusion_norm: {field}={value!r} is implemented for the masked-diffusion profiles, "
                 f"not for {profile.name!r}. Leave it at None."
@@ -324,7 +324,7 @@ def _native_trainer_init(release, wrapped, trainer, pos, kwargs):
         return  # _check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
     mode = _settle_noise(trainer)
     profile = trainer.diffusion_profile
-    config.check_lower_variance(trainer.args, profile, mode, config.native_draws(profile, trainer.args, mode))
+    config.check_lower_variance(trainer.args, profile, mode, config.plugin_draws_for(profile, trainer.args, mode))
     patches = trainer_patches(release, trainer, mode)
     if patches:
         registry.apply_to_trainer(trainer, patches)
@@ -355,10 +355,10 @@ def trainer_patches(release, trainer, noise_mode):
     None at all where the release's own path is already right: a per-micro-batch profile at its own
     settings draws in compute_loss, after a resumed run's RNG is restored."""
     args = trainer.args
-    wanted = config.native_normalization(trainer.diffusion_profile, args)
+    wanted = config.upstream_normalization_for(trainer.diffusion_profile, args)
     deferred = noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS
-    keyed_evaluation = config.eval_noise(args) == config.FIXED
-    if getattr(args, config.FIELD, None) is None and not (
+    keyed_evaluation = config.eval_noise_for(args) == config.FIXED
+    if getattr(args, config.NORMALIZATION.name, None) is None and not (
         deferred or keyed_evaluation or noise_mode == config.PER_SAMPLE
     ):
         return []

@@ -92,7 +92,7 @@ class DataOrder(TrainerCallback):
     def tag(self, args, batches):
         """Yield each fetched micro-batch with its rows' generator seeds under KEYS, and with
         diffusion_t_sampler="stratified" each row's stratum under STRATA."""
-        stratified = config.sampler(args) == config.STRATIFIED
+        stratified = config.T_SAMPLER.of(args) == config.STRATIFIED
         for batch in batches:
             rows = batch["input_ids"].shape[0]
             first = (self.next_batch * args.world_size + args.process_index) * args.per_device_train_batch_size

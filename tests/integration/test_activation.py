@@ -10,7 +10,7 @@ from unsloth.models.diffusion_profiles import diffusion_profiles
 from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import config, registry
+from unsloth_diffusion_norm import config, registry, report
 
 
 def nemotron():
@@ -29,7 +29,7 @@ def test_patch_takes_and_comes_off(plugin):
     assert isinstance(vars(DiffusionTrainer)["get_batch_samples"], wrapt.FunctionWrapper)
     assert isinstance(vars(MaskedDiffusionProfile)["compute_loss"], wrapt.FunctionWrapper)
     assert nemotron().loss_normalization == config.GLOBAL_MASKED_TOKENS
-    assert config.FIELD in DiffusionConfig.__dataclass_fields__
+    assert config.NORMALIZATION.name in DiffusionConfig.__dataclass_fields__
     names = [name for name, _ in status.patches]
     # seven of the release's own objects, then three per DiffusionConfig flag and DiffusionConfig.__init__
     assert len(names) == len(set(names)) == 7 + 3 * len(config.FIELDS) + 1
@@ -41,8 +41,8 @@ def test_patch_takes_and_comes_off(plugin):
     assert "model_accepts_loss_kwargs" not in vars(DiffusionTrainer)
     assert vars(MaskedDiffusionProfile)["compute_loss"] is original_loss
     assert nemotron().loss_normalization == "masked_tokens"
-    assert config.FIELD not in DiffusionConfig.__dataclass_fields__
-    assert not hasattr(DiffusionConfig, config.FIELD)
+    assert config.NORMALIZATION.name not in DiffusionConfig.__dataclass_fields__
+    assert not hasattr(DiffusionConfig, config.NORMALIZATION.name)
 
 
 @native_only
@@ -103,8 +103,8 @@ def test_config_field_validates_and_round_trips(plugin, tmp_path):
     assert DiffusionConfig(output_dir=str(tmp_path), **CPU).diffusion_loss_normalization is None
     for value in ("window", "microbatch"):
         args = DiffusionConfig(output_dir=str(tmp_path), diffusion_loss_normalization=value, **CPU)
-        assert args.to_dict()[config.FIELD] == value
-        assert json.loads(args.to_json_string())[config.FIELD] == value
+        assert args.to_dict()[config.NORMALIZATION.name] == value
+        assert json.loads(args.to_json_string())[config.NORMALIZATION.name] == value
     with pytest.raises(ValueError, match="'window' or 'microbatch' or None"):
         DiffusionConfig(output_dir=str(tmp_path), diffusion_loss_normalization="global", **CPU)
 
@@ -389,11 +389,11 @@ def test_apply_twice_changes_nothing(plugin):
 
 
 def test_status_names_the_shape_and_what_a_run_gets_by_default(plugin):
-    from unsloth_diffusion_norm import activation, detect
+    from unsloth_diffusion_norm import detect
 
     status = unsloth_diffusion_norm.status()
     shapes = {registry.PATCHED: (detect.DENSE, detect.CHUNKED), registry.NATIVE: (detect.UPSTREAM,)}[MODE]
-    assert status.shape in shapes and status.defaults == activation.DEFAULTS[MODE]
+    assert status.shape in shapes and status.defaults == report.defaults(MODE)
     with unsloth_diffusion_norm.unpatched() as inside:
         assert inside.defaults is None
 

@@ -69,10 +69,14 @@ def test_flags_parse_from_a_dict_and_round_trip(plugin, tmp_path):
         }
     )
     saved = args.to_dict()
-    assert (saved[config.FIELD], saved[config.NOISE_FIELD]) == ("microbatch", "global")
-    assert json.loads(args.to_json_string())[config.FIELD] == "microbatch"
+    assert (saved[config.NORMALIZATION.name], saved[config.NOISE.name]) == ("microbatch", "global")
+    assert json.loads(args.to_json_string())[config.NORMALIZATION.name] == "microbatch"
     (again,) = hf.parse_dict(
-        {k: v for k, v in saved.items() if k in (config.FIELD, config.NOISE_FIELD, "output_dir", "bf16", "use_cpu")}
+        {
+            k: v
+            for k, v in saved.items()
+            if k in (config.NORMALIZATION.name, config.NOISE.name, "output_dir", "bf16", "use_cpu")
+        }
     )
     assert (again.diffusion_loss_normalization, again.diffusion_noise) == ("microbatch", "global")
 

@@ -4,19 +4,19 @@ import weakref
 
 import pytest
 
-from unsloth_diffusion_norm import activation, registry
+from unsloth_diffusion_norm import activation, registry, report
 
 
 @pytest.fixture
 def state(monkeypatch):
     """registry.STATE, the said-once memory and the hook flag, restored afterwards. The test starts with no
     patches listed (whatever the process has applied stays applied) and its own are reverted."""
-    saved, announced = dict(vars(registry.STATE)), set(activation._announced)
+    saved, announced = dict(vars(registry.STATE)), set(report._announced)
     monkeypatch.setattr(activation, "_hooks_registered", activation._hooks_registered)
-    activation._announced.clear()
+    report._announced.clear()
     registry.STATE.patches, registry.STATE.trainers = [], weakref.WeakSet()
     yield registry.STATE
     registry.revert_all()
     vars(registry.STATE).update(saved)
-    activation._announced.clear()
-    activation._announced.update(announced)
+    report._announced.clear()
+    report._announced.update(announced)

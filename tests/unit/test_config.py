@@ -10,8 +10,8 @@ from unsloth_diffusion_norm import config
 @pytest.mark.parametrize(
     "field, good, bad",
     [
-        (config.FIELD, ("window", "microbatch", None), ("global", "Window", 1, "")),
-        (config.NOISE_FIELD, ("global", "per_sample", None), ("per-sample", "window", 0)),
+        (config.NORMALIZATION.name, ("window", "microbatch", None), ("global", "Window", 1, "")),
+        (config.NOISE.name, ("global", "per_sample", None), ("per-sample", "window", 0)),
     ],
 )
 def test_validate_accepts_the_choices_and_names_them_otherwise(field, good, bad):
@@ -27,20 +27,20 @@ def profile(normalization):
 
 
 def args(value=None):
-    return SimpleNamespace(**{config.FIELD: value})
+    return SimpleNamespace(**{config.NORMALIZATION.name: value})
 
 
 def test_effective_normalization():
-    assert config.effective(profile(config.GLOBAL_MASKED_TOKENS), args()) == config.WINDOW
-    assert config.effective(profile(config.MASKED_TOKENS), args()) == config.MICROBATCH
-    assert config.effective(profile("answer_length"), args()) == config.MICROBATCH
-    assert config.effective(profile(config.MASKED_TOKENS), args("window")) == config.WINDOW
-    assert config.effective(profile(config.GLOBAL_MASKED_TOKENS), args("microbatch")) == config.MICROBATCH
-    assert config.effective(object(), None) == config.MICROBATCH  # nothing known: the release's own
+    assert config.normalization_for(profile(config.GLOBAL_MASKED_TOKENS), args()) == config.WINDOW
+    assert config.normalization_for(profile(config.MASKED_TOKENS), args()) == config.MICROBATCH
+    assert config.normalization_for(profile("answer_length"), args()) == config.MICROBATCH
+    assert config.normalization_for(profile(config.MASKED_TOKENS), args("window")) == config.WINDOW
+    assert config.normalization_for(profile(config.GLOBAL_MASKED_TOKENS), args("microbatch")) == config.MICROBATCH
+    assert config.normalization_for(object(), None) == config.MICROBATCH  # nothing known: the release's own
 
 
 def test_native_normalization_maps_the_flag_onto_upstreams_setting():
-    native = config.native_normalization
+    native = config.upstream_normalization_for
     assert native(profile(config.GLOBAL_MASKED_TOKENS), args()) == config.GLOBAL_MASKED_TOKENS
     assert native(profile(config.GLOBAL_MASKED_TOKENS), args("microbatch")) == config.MASKED_TOKENS
     assert native(profile("answer_length"), args("microbatch")) == "answer_length"
@@ -53,12 +53,12 @@ def test_native_normalization_maps_the_flag_onto_upstreams_setting():
 def test_a_command_lines_value_goes_through_the_fields_parser_with_argparses_one_line():
     import argparse
 
-    parse = config.argument_type(config.SAMPLER_FIELD)
+    parse = config.argument_type(config.T_SAMPLER.name)
     assert parse("stratified") == "stratified" and parse("None") is None
     with pytest.raises(argparse.ArgumentTypeError) as error:
         parse("sobol")
     assert str(error.value) == "diffusion_t_sampler must be 'stratified' or None (the default), got 'sobol'."
-    draws = config.argument_type(config.EVAL_DRAWS_FIELD)
+    draws = config.argument_type(config.EVAL_DRAWS.name)
     assert draws("4") == 4 and draws(" +3 ") == 3
     for bad in ("-1", "0", "X3", "3-", "two"):  # each one argparse line, never a ValueError of int()
         with pytest.raises(argparse.ArgumentTypeError, match="diffusion_eval_draws must be a whole number"):
@@ -67,7 +67,7 @@ def test_a_command_lines_value_goes_through_the_fields_parser_with_argparses_one
 
 def test_the_pairs_flag_takes_a_command_lines_true_and_false_in_any_case():
     """HfArgumentParser hands a bool field's "True" / "false" to the field's parser as text; YAML may too."""
-    field = config.COMPLEMENTARY_FIELD
+    field = config.COMPLEMENTARY.name
     for text, value in (("true", True), ("True", True), ("TRUE", True), ("false", False), ("False", False)):
         assert config.validate(text, field) is value, text
     assert config.validate(True, field) is True and config.validate(None, field) is False
@@ -80,23 +80,23 @@ def test_a_negative_draw_count_on_the_command_line_is_named_as_the_number_it_is(
     import argparse
 
     with pytest.raises(argparse.ArgumentTypeError) as error:
-        config.argument_type(config.EVAL_DRAWS_FIELD)(" -2")
+        config.argument_type(config.EVAL_DRAWS.name)(" -2")
     assert str(error.value) == ("diffusion_eval_draws must be a whole number of draws, 1 or more (default 1), got -2.")
 
 
 def test_several_evaluation_draws_alone_are_refused_and_need_fixed_evaluation_noise():
-    draws = config.EVAL_DRAWS_FIELD
-    for asked in (SimpleNamespace(**{draws: 3}), SimpleNamespace(**{draws: 3, config.EVAL_NOISE_FIELD: None})):
+    draws = config.EVAL_DRAWS.name
+    for asked in (SimpleNamespace(**{draws: 3}), SimpleNamespace(**{draws: 3, config.EVAL_NOISE.name: None})):
         with pytest.raises(ValueError, match=rf"{draws}=3 averages keyed evaluation draws; set "):
             config.check_together(asked)
-    config.check_together(SimpleNamespace(**{draws: 3, config.EVAL_NOISE_FIELD: config.FIXED}))
+    config.check_together(SimpleNamespace(**{draws: 3, config.EVAL_NOISE.name: config.FIXED}))
     config.check_together(SimpleNamespace())  # another trainer's config: nothing to check
 
 
 def test_eval_draws_is_one_unless_a_run_asks_for_more():
-    assert config.eval_draws(SimpleNamespace()) == 1  # another trainer's config: no field
-    assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=None)) == 1
-    assert config.eval_draws(SimpleNamespace(diffusion_eval_draws=3)) == 3
+    assert config.EVAL_DRAWS.of(SimpleNamespace()) == 1  # another trainer's config: no field
+    assert config.EVAL_DRAWS.of(SimpleNamespace(diffusion_eval_draws=None)) == 1
+    assert config.EVAL_DRAWS.of(SimpleNamespace(diffusion_eval_draws=3)) == 3
 
 
 def test_the_construction_note_names_where_the_noise_comes_from_only_when_the_run_did_not_say():
@@ -104,7 +104,7 @@ def test_the_construction_note_names_where_the_noise_comes_from_only_when_the_ru
     itself is not; global noise is named only where ranks can draw alike (more than one)."""
 
     def note(mode, world_size, field=None):
-        return config.noise_note(SimpleNamespace(**{config.NOISE_FIELD: field}, world_size=world_size), mode)
+        return config.noise_note(SimpleNamespace(**{config.NOISE.name: field}, world_size=world_size), mode)
 
     assert note(config.PER_SAMPLE, 1) == (
         "unsloth_diffusion_norm: the model's config sets dp_varying_mask_ratio=True, so every example draws its own "
@@ -124,12 +124,49 @@ def test_the_construction_note_names_where_the_noise_comes_from_only_when_the_ru
 def test_the_noise_is_the_runs_field_else_the_model_configs_switch_else_global():
     """The field when set; unset or absent (a namespace of some fields only), the model config's
     dp_varying_mask_ratio when it is exactly True; a config without the switch, or no config, draws globally."""
-    unset, absent = SimpleNamespace(**{config.NOISE_FIELD: None}), SimpleNamespace()
+    unset, absent = SimpleNamespace(**{config.NOISE.name: None}), SimpleNamespace()
     varying, fixed, other = (SimpleNamespace(**{config.DP_VARYING: v}) for v in (True, False, 1))
     for args in (unset, absent):
-        assert config.effective_noise(args, varying) == config.PER_SAMPLE
+        assert config.noise_for(args, varying) == config.PER_SAMPLE
         for model_config in (fixed, other, SimpleNamespace(), None):
-            assert config.effective_noise(args, model_config) == config.GLOBAL
+            assert config.noise_for(args, model_config) == config.GLOBAL
     for value in (config.GLOBAL, config.PER_SAMPLE):
         for model_config in (varying, fixed, None):
-            assert config.effective_noise(SimpleNamespace(**{config.NOISE_FIELD: value}), model_config) == value
+            assert config.noise_for(SimpleNamespace(**{config.NOISE.name: value}), model_config) == value
+
+
+def test_the_flags_table_of_the_api_page_is_the_flags_records():
+    """docs/api.md's flags table is rendered from config.FLAGS, the one place each flag is defined: a flag added,
+    renamed or re-explained there shows here (paste the rendered table between the markers)."""
+    import pathlib
+
+    from unsloth_diffusion_norm.proof import tables
+
+    page = (pathlib.Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = page.split("<!-- flags: start")[1].split("<!-- flags: end -->")[0].split("\n", 1)[1].strip("\n")
+    assert block.splitlines() == tables.flags_table(), "\n".join(tables.flags_table())
+
+
+def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it():
+    """The Fields dataclass (what DiffusionConfig gets), validation and status()'s defaults line, from FLAGS."""
+    import dataclasses
+    import typing
+
+    assert list(config.FIELDS) == [flag.name for flag in config.FLAGS]
+    fields = {field.name: field for field in dataclasses.fields(config.Fields)}
+    assert list(fields) == list(config.FIELDS)
+    hints = typing.get_type_hints(config.Fields)  # what HfArgumentParser / TrlParser read
+    for flag in config.FLAGS:
+        assert fields[flag.name].default == flag.default == config.default(flag.name)
+        assert fields[flag.name].metadata["help"] == flag.help
+        parse = typing.get_args(hints[flag.name])[0] if flag.default is None else hints[flag.name]
+        assert parse.__name__ == flag.name and parse("None") == flag.default
+        assert config.validate(None, flag.name) == flag.default
+    for mode in ("patched", "native"):
+        line = config.defaults_line(mode)
+        assert all(f"{flag.name}={flag.default!r}: {flag.at_default[mode]}" in line for flag in config.FLAGS)
+        assert line.endswith(
+            "opt-ins per run: diffusion_loss_normalization='window' or 'microbatch', diffusion_noise='global' or "
+            "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_t_sampler='stratified', "
+            "diffusion_complementary_masks=True"
+        )

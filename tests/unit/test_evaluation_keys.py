@@ -61,17 +61,17 @@ def test_an_evaluation_leaves_every_global_rng_as_it_found_it():
 
 
 def test_the_draws_flag_takes_whole_numbers_from_one_and_none_is_its_default():
-    field = config.EVAL_DRAWS_FIELD
+    field = config.EVAL_DRAWS.name
     assert [config.validate(v, field) for v in (1, 4, None, "None")] == [1, 4, 1, 1]
     for bad in (0, -2, 2.0, True, "3"):
         with pytest.raises(ValueError, match=f"{field} must be a whole number of draws, 1 or more"):
             config.validate(bad, field)
     assert (
-        config.validate("fixed", config.EVAL_NOISE_FIELD) == "fixed"
-        and config.validate("none", config.EVAL_NOISE_FIELD) is None
+        config.validate("fixed", config.EVAL_NOISE.name) == "fixed"
+        and config.validate("none", config.EVAL_NOISE.name) is None
     )
     with pytest.raises(ValueError, match="diffusion_eval_noise must be 'fixed' or None"):
-        config.validate("random", config.EVAL_NOISE_FIELD)
+        config.validate("random", config.EVAL_NOISE.name)
 
 
 def test_k_draws_need_keyed_noise_and_the_asked_flags_leave_defaults_out():
@@ -82,11 +82,11 @@ def test_k_draws_need_keyed_noise_and_the_asked_flags_leave_defaults_out():
         config.check_together(flags)
     config.check_together(SimpleNamespace(diffusion_eval_noise="fixed", diffusion_eval_draws=3))
     defaults = SimpleNamespace(**{field: config.default(field) for field in config.FIELDS})
-    assert config.asked(defaults) == {} and config.asked(flags) == {config.EVAL_DRAWS_FIELD: 3}
+    assert config.asked(defaults) == {} and config.asked(flags) == {config.EVAL_DRAWS.name: 3}
 
 
 def test_a_parser_converts_with_the_flags_own_rule_and_says_what_is_wrong_in_one_line():
-    draws, noise = config.argument_type(config.EVAL_DRAWS_FIELD), config.argument_type(config.NOISE_FIELD)
+    draws, noise = config.argument_type(config.EVAL_DRAWS.name), config.argument_type(config.NOISE.name)
     assert (draws("4"), draws("None"), noise("per_sample"), noise("None")) == (4, 1, "per_sample", None)
     parser = argparse.ArgumentParser()
     parser.add_argument("--diffusion_eval_draws", type=draws, default=1)

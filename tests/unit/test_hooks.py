@@ -14,7 +14,8 @@ import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import activation, config, detect, registry
-from unsloth_diffusion_norm.activation import TRAINER_MODULE, _HookedLoader, _PostImportFinder
+from unsloth_diffusion_norm.activation import TRAINER_MODULE
+from unsloth_diffusion_norm.hooks import _HookedLoader, _PostImportFinder
 
 # The flags-only set: DiffusionTrainer.__init__, three patches per flag, DiffusionConfig.__init__.
 FLAGS_ONLY_PATCHES = 1 + 3 * len(config.FIELDS) + 1

@@ -124,8 +124,8 @@ def test_the_result_files_are_of_functions_the_core_has(result):
         ),
         ("unsloth_diffusion_norm.window.xǁWindowǁnoise", "unsloth_diffusion_norm.window.Window.noise"),
         (
-            "unsloth_diffusion_norm.activation.xǁ_PostImportFinderǁ*",
-            "unsloth_diffusion_norm.activation._PostImportFinder.*",
+            "unsloth_diffusion_norm.hooks.xǁ_PostImportFinderǁ*",
+            "unsloth_diffusion_norm.hooks._PostImportFinder.*",
         ),
         (
             "unsloth_diffusion_norm.loss.x_dense_cross_entropy__mutmut_*",

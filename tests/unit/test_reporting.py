@@ -4,7 +4,7 @@ the warnings for an unsupported release, each said once."""
 import logging
 
 from unsloth_diffusion_norm import activation, registry
-from unsloth_diffusion_norm.activation import Status
+from unsloth_diffusion_norm.report import Status
 
 
 def test_a_fresh_state_is_pending_with_nothing_known():

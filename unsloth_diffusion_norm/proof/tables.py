@@ -16,3 +16,15 @@ def markdown(header, rows, align=None, min_width=0):
         return "| " + " | ".join(f"{cell:{side}{width}}" for cell, side, width in zip(row, align, widths)) + " |"
 
     return [line(cells[0]), "|" + "|".join("-" * (width + 2) for width in widths) + "|"] + [line(r) for r in cells[1:]]
+
+
+def flags_table():
+    """docs/api.md's flags table, from the flags' records (config.FLAGS): the one place a flag is defined."""
+    from .. import config
+
+    def values(flag):
+        shown = [f"`{flag.default!r}` (default)"] + [f"`{value}`" for value in flag.other_values()]
+        return ", ".join(shown)
+
+    rows = [[f"`{flag.name}`", values(flag), flag.applies, flag.help] for flag in config.FLAGS]
+    return markdown(["flag", "values", "where it applies", "what it does"], rows)

@@ -61,7 +61,7 @@ def natively_fixed():
 
 
 # The fields of a run's training noise: the self-check trains with a config's own, and the oracle replays them.
-TRAINING_NOISE = (config.NOISE_FIELD, config.SAMPLER_FIELD, config.COMPLEMENTARY_FIELD)
+TRAINING_NOISE = (config.NOISE.name, config.T_SAMPLER.name, config.COMPLEMENTARY.name)
 
 
 def run_fields(path):
@@ -77,7 +77,7 @@ def run_fields(path):
         args = types.SimpleNamespace(**values)
         config.check_together(args)
         # (the model config's switch cannot ask for per-sample noise here: the self-check's model lacks it)
-        config.check_lower_variance(args, None, config.effective_noise(args, None), plugin_draws=True)
+        config.check_lower_variance(args, None, config.noise_for(args, None), plugin_draws=True)
     except ValueError as error:
         raise Unusable(f"{path}: {str(error).removeprefix('unsloth_diffusion_norm: ')}") from None
     return config.asked(args)
