@@ -105,8 +105,8 @@ FRESH = {
     # What it may import (nothing while no trainer is alive) shows in a fresh interpreter; and mutmut maps only
     # new tests to functions, so a function added after its stats were collected needs its tests named.
     "unsloth_diffusion_norm.report._asked_by_trainers": HOOKS[:1] + [LOWER_VARIANCE_STATUS],
-    "unsloth_diffusion_norm.patches.flags_only": DISABLED,
-    "unsloth_diffusion_norm.patches._refuse_flags": DISABLED,
+    "unsloth_diffusion_norm.construction.flags_only": DISABLED,
+    "unsloth_diffusion_norm.construction._refuse_flags": DISABLED,
     "unsloth_diffusion_norm.window.data_parallel_rule": RANKS,
     "unsloth_diffusion_norm.window.counting_rule": RANKS,
     "unsloth_diffusion_norm.window.Window.noise": RANKS,
@@ -307,21 +307,22 @@ FIRST = "unsloth-2026.10.6"  # `make mutation`'s run in .venv
 # survivor would survive a leg too: the same code under the same tests.)
 SHAPE_SPECIFIC = {
     "unsloth_diffusion_norm.activation.apply",
-    "unsloth_diffusion_norm.patches.native_release",
-    "unsloth_diffusion_norm.patches._native_trainer_init",
-    "unsloth_diffusion_norm.patches.trainer_patches",
-    "unsloth_diffusion_norm.patches._per_sample_noise",
-    "unsloth_diffusion_norm.patches._draw_at_first_step",
-    "unsloth_diffusion_norm.patches._keyed_prepare_batch",
-    "unsloth_diffusion_norm.patches._tagged_batch_samples",
-    "unsloth_diffusion_norm.patches._fetch_undrawn",
-    "unsloth_diffusion_norm.patches._loss_drawn_at_first_step",
+    "unsloth_diffusion_norm.native.release_patches",
+    "unsloth_diffusion_norm.native._trainer_init",
+    "unsloth_diffusion_norm.native.trainer_patches",
+    "unsloth_diffusion_norm.native._profile_loss",
+    "unsloth_diffusion_norm.native._loss",
+    "unsloth_diffusion_norm.native._per_sample_noise",
+    "unsloth_diffusion_norm.native._fetch_undrawn_patch",
+    "unsloth_diffusion_norm.native._keyed_prepare_batch",
+    "unsloth_diffusion_norm.native._tagged_batch_samples",
+    "unsloth_diffusion_norm.native._fetch_undrawn",
+    "unsloth_diffusion_norm.native._loss_drawn_at_first_step",
     "unsloth_diffusion_norm.loss.dense_cross_entropy",
     "unsloth_diffusion_norm.config.upstream_normalization_for",
     "unsloth_diffusion_norm.config.plugin_draws_for",
     "unsloth_diffusion_norm.evaluation._label",  # a trainer instance's patches: on a native release only
-    "unsloth_diffusion_norm.evaluation.native_patches",
-    "unsloth_diffusion_norm.evaluation._keyed_evaluation_loss",
+    "unsloth_diffusion_norm.evaluation.keyed_upstream_loss",
 }
 
 

@@ -108,9 +108,9 @@ def _accept_flags_only(trainer_module):
     trainer, config = (getattr(trainer_module, n, None) for n in ("DiffusionTrainer", "DiffusionConfig"))
     if trainer is None or not hasattr(config, "__dataclass_fields__"):
         return  # nothing that takes the flags: nothing to accept them on
-    from . import patches
+    from . import construction, wrappers
 
-    registry.apply_all(patches.flags_only(patches.Release(None, trainer_module, disabled_by=STATE.reason)))
+    registry.apply_all(construction.flags_only(wrappers.Release(None, trainer_module, disabled_by=STATE.reason)))
 
 
 def apply():
@@ -146,12 +146,12 @@ def apply():
         _unsupported(reason)
         raise RuntimeError(f"unsloth_diffusion_norm: Unsloth {STATE.unsloth_version}: {reason}")
     try:
-        from . import patches
+        from . import patches, wrappers
     except ImportError as error:
         raise RuntimeError(_broken(shape, error)) from None
 
     build, mode = patches.PATCH_SETS[shape]
-    registry.apply_all(build(patches.Release(shape, trainer_module, masked_module, profiles_module)))
+    registry.apply_all(build(wrappers.Release(shape, trainer_module, masked_module, profiles_module)))
     STATE.mode, STATE.reason = mode, REASONS.get(mode)
     return status()
 

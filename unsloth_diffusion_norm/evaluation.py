@@ -21,7 +21,7 @@ import torch
 from . import config, per_sample, registry
 from .loss import check_weighting
 from .registry import Patch
-from .wrappers import loss_arguments, prediction_arguments, replaced, wrap_method
+from .wrappers import loss_arguments, prediction_arguments, replaced
 
 KEYS = "_diffusion_norm_eval_keys"  # in an evaluation batch's inputs: per draw, one generator seed per row
 
@@ -163,25 +163,10 @@ def _label(owner):
     return f"{owner.__name__}." if isinstance(owner, type) else ""
 
 
-def native_patches(release, trainer, profile):
-    """diffusion_eval_noise="fixed" for this trainer only: its evaluation rows tagged with their keys, its
-    profile copy's loss taken once per keyed draw."""
-    return [
-        Patch(
-            "diffusion_profile.compute_loss (evaluation)",
-            profile,
-            "compute_loss",
-            wrap_method(profile, _keyed_evaluation_loss, release),
-            f"{config.EVAL_NOISE.name}='fixed': upstream's loss of each keyed evaluation draw, averaged",
-        ),
-        *trainer_patches(release, trainer, lambda function: wrap_method(trainer, function, release)),
-    ]
-
-
-def _keyed_evaluation_loss(release, wrapped, profile, pos, kwargs):
+def keyed_upstream_loss(release, wrapped, profile, pos, kwargs):
+    """2026.10.7+: an evaluation batch's loss over its keyed draws, each drawn here and handed to upstream's own
+    loss (`wrapped`, the profile copy's compute_loss) as its prepared batch."""
     model, inputs, args, _ = loss_arguments(*pos, **kwargs)
-    if KEYS not in inputs:
-        return wrapped(*pos, **kwargs)
 
     def one_draw(keyed):
         drawn = release.draw(profile, model, keyed, args).prepared()

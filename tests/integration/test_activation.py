@@ -300,7 +300,7 @@ def test_the_api_page_lists_every_patch_of_every_set_with_its_reason():
     three patch sets (built here without applying them; the real release's modules are their owners)."""
     import importlib
 
-    from unsloth_diffusion_norm import detect, patches
+    from unsloth_diffusion_norm import construction, detect, native, patched, wrappers
     from unsloth_diffusion_norm.activation import DIFFUSION_MODULES, TRAINER_MODULE
 
     rows = docs_table("patches")
@@ -310,9 +310,9 @@ def test_the_api_page_lists_every_patch_of_every_set_with_its_reason():
     }
     modules = [importlib.import_module(n) for n in (TRAINER_MODULE, *DIFFUSION_MODULES)]
     built = {
-        "2026.10.4–.6": patches.patched_release(patches.Release("<shape>", *modules)),
-        "2026.10.7+": patches.native_release(patches.Release(detect.UPSTREAM, *modules)),
-        "switched off": patches.flags_only(patches.Release(None, modules[0], disabled_by="test")),
+        "2026.10.4–.6": patched.release_patches(wrappers.Release("<shape>", *modules)),
+        "2026.10.7+": native.release_patches(wrappers.Release(detect.UPSTREAM, *modules)),
+        "switched off": construction.flags_only(wrappers.Release(None, modules[0], disabled_by="test")),
     }
     assert {where: [(p.name, p.why) for p in found] for where, found in built.items()} == documented
 

@@ -121,7 +121,7 @@ def test_the_model_config_is_found_where_the_release_finds_it(plugin):
     model's own, else its base_model's (PEFT), else its module's (a wrapper); None when none has one."""
     from unsloth.models.diffusion_trainer import _unwrap_config
 
-    from unsloth_diffusion_norm import patches
+    from unsloth_diffusion_norm import construction
 
     own, base, inner = (types.SimpleNamespace(name=name) for name in ("own", "base", "inner"))
     bare = types.SimpleNamespace
@@ -133,7 +133,7 @@ def test_the_model_config_is_found_where_the_release_finds_it(plugin):
         "none": bare(base_model=bare(), module=bare()),
         "nothing to look in": bare(),
     }
-    found = {name: patches._model_config(model) for name, model in shapes.items()}
+    found = {name: construction.model_config(model) for name, model in shapes.items()}
     assert found == {name: _unwrap_config(model) for name, model in shapes.items()}
     assert [getattr(c, "name", None) for c in found.values()] == ["own", "base", "inner", "inner", None, None]
 

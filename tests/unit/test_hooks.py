@@ -376,10 +376,10 @@ def test_unpatch_says_how_to_undo_it_and_keeps_a_diagnosis(state):
 
 def test_a_trainer_without_a_profile_or_arguments_yet_does_not_use_the_window():
     """Trainer reads model_accepts_loss_kwargs while it is being built, before Unsloth sets the profile."""
-    from unsloth_diffusion_norm import patches
+    from unsloth_diffusion_norm import construction
 
-    assert patches.uses_window(SimpleNamespace()) is False
-    assert patches.uses_window(SimpleNamespace(diffusion_profile=SimpleNamespace())) is False
+    assert construction.uses_window(SimpleNamespace()) is False
+    assert construction.uses_window(SimpleNamespace(diffusion_profile=SimpleNamespace())) is False
 
 
 def test_a_status_without_patches_promises_no_defaults(state):
@@ -388,10 +388,10 @@ def test_a_status_without_patches_promises_no_defaults(state):
 
 
 def test_model_accepts_loss_kwargs_is_the_trainers_own_unless_the_window_normalizes():
-    from unsloth_diffusion_norm import patches
+    from unsloth_diffusion_norm import patched
 
     class Trainer:
-        model_accepts_loss_kwargs = patches.ACCEPTS_LOSS_KWARGS
+        model_accepts_loss_kwargs = patched.ACCEPTS_LOSS_KWARGS
 
     trainer = Trainer()
     assert trainer.model_accepts_loss_kwargs is False  # nothing set yet
@@ -403,18 +403,18 @@ def test_model_accepts_loss_kwargs_is_the_trainers_own_unless_the_window_normali
 
 def test_flags_checked_again_at_construction_and_arguments_without_them_pass():
     """A flag changed on the arguments after they were built is still refused by the trainer."""
-    from unsloth_diffusion_norm import patches
+    from unsloth_diffusion_norm import construction
 
     class Masked:
         name, loss_normalization = "masked", "masked_tokens"
 
     block = SimpleNamespace(name="block")
-    patches._check_flags(SimpleNamespace(args=SimpleNamespace(), diffusion_profile=block), Masked)
+    construction.check_flags(SimpleNamespace(args=SimpleNamespace(), diffusion_profile=block), Masked)
     for field in ("diffusion_noise", "diffusion_loss_normalization"):
         with pytest.raises(ValueError, match=f"{field} must be"):
-            patches._check_flags(
+            construction.check_flags(
                 SimpleNamespace(args=SimpleNamespace(**{field: "bogus"}), diffusion_profile=Masked()), Masked
             )
     window_by_default = SimpleNamespace(name="block", loss_normalization="global_masked_tokens")
     with pytest.raises(ValueError, match="window normalization is implemented for the masked-diffusion profiles"):
-        patches._check_flags(SimpleNamespace(args=SimpleNamespace(), diffusion_profile=window_by_default), Masked)
+        construction.check_flags(SimpleNamespace(args=SimpleNamespace(), diffusion_profile=window_by_default), Masked)

@@ -110,8 +110,8 @@ def test_the_result_files_are_of_functions_the_core_has(result):
     ("mangled", "qualified"),
     [
         (
-            "unsloth_diffusion_norm.patches.x__get_batch_samples__mutmut_12",
-            "unsloth_diffusion_norm.patches._get_batch_samples#12",
+            "unsloth_diffusion_norm.patched.x__get_batch_samples__mutmut_12",
+            "unsloth_diffusion_norm.patched._get_batch_samples#12",
         ),
         (
             "unsloth_diffusion_norm.per_sample.xǁDataOrderǁ__init____mutmut_1",

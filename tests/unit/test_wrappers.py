@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from unsloth_diffusion_norm import config, detect, patches, per_sample, registry
+from unsloth_diffusion_norm import config, construction, detect, native, patched, per_sample, registry, wrappers
 from unsloth_diffusion_norm.registry import Patch
 from unsloth_diffusion_norm.window import SLOT, Window
 
@@ -75,7 +75,7 @@ def release(shape=detect.CHUNKED):
     class DiffusionTrainer(Trainer):
         pass
 
-    return patches.Release(
+    return wrappers.Release(
         shape, SimpleNamespace(DiffusionTrainer=DiffusionTrainer), SimpleNamespace(MaskedDiffusionProfile=Masked)
     )
 
@@ -103,7 +103,7 @@ def test_get_batch_samples_hands_an_unknown_keyword_to_trainers_own(state, noise
             "get_batch_samples",
             DiffusionTrainer,
             "get_batch_samples",
-            patches.wrap(patches._get_batch_samples, the_release),
+            wrappers.wrap(patched._get_batch_samples, the_release),
             "why",
         )
     )
@@ -123,7 +123,7 @@ def test_profile_compute_loss_hands_an_unknown_keyword_to_the_releases_own():
         pass
 
     patch = applied(
-        Patch("compute_loss", Own, "compute_loss", patches.wrap(patches._profile_compute_loss, release()), "why")
+        Patch("compute_loss", Own, "compute_loss", wrappers.wrap(patched._profile_compute_loss, release()), "why")
     )
     inputs = rows(1)[0]
     assert Own().compute_loss("model", inputs, arguments(), 7, future_option=1) == (
@@ -136,13 +136,11 @@ def test_profile_compute_loss_hands_an_unknown_keyword_to_the_releases_own():
     patch.revert()
 
 
-@pytest.mark.parametrize(
-    "wrapper", [patches._patched_trainer_init, patches._native_trainer_init, patches._refuse_flags]
-)
+@pytest.mark.parametrize("wrapper", [patched._trainer_init, native._trainer_init, construction._refuse_flags])
 def test_trainer_init_hands_an_unknown_keyword_to_the_releases_own(wrapper):
     the_release = release()
     DiffusionTrainer = the_release.trainer_module.DiffusionTrainer
-    patch = applied(Patch("__init__", DiffusionTrainer, "__init__", patches.wrap(wrapper, the_release), "why"))
+    patch = applied(Patch("__init__", DiffusionTrainer, "__init__", wrappers.wrap(wrapper, the_release), "why"))
     profile = SimpleNamespace(name="block")
     trainer = DiffusionTrainer(arguments(), profile, future_option=1)
     assert (trainer.diffusion_profile, trainer.extra) == (profile, FUTURE)
@@ -154,7 +152,7 @@ def test_config_init_hands_an_unknown_keyword_to_the_releases_own():
         def __init__(self, **extra):
             self.extra = extra
 
-    patch = applied(Patch("__init__", DiffusionConfig, "__init__", patches._config_init, "why"))
+    patch = applied(Patch("__init__", DiffusionConfig, "__init__", construction._config_init, "why"))
     made = DiffusionConfig(diffusion_noise="global", future_option=1)
     assert (made.extra, made.diffusion_noise, made.diffusion_loss_normalization) == (FUTURE, "global", None)
     patch.revert()
@@ -167,7 +165,7 @@ def trainer_with_patches(noise):
     """A Nemotron trainer with what trainer_patches gives it for `noise`, applied."""
     profile = Profile(loss_normalization=config.GLOBAL_MASKED_TOKENS)
     trainer = Trainer(arguments(), profile)
-    registry.apply_to_trainer(trainer, patches.trainer_patches(release(detect.UPSTREAM), trainer, noise))
+    registry.apply_to_trainer(trainer, native.trainer_patches(release(detect.UPSTREAM), trainer, noise))
     return trainer, profile
 
 

@@ -1,0 +1,144 @@
+"""The patch set of Unsloth 2026.10.4-.6 (the dense and chunked shapes), whose loss divides each micro-batch by
+its own masked tokens: the window-normalized loss, the release's own noise and loss arithmetic (`loss`) with
+the window's denominator (`window`), and keyed evaluation (`evaluation`). Class-level patches on Unsloth's own
+diffusion classes; each target wrapped once."""
+
+from . import config, construction, detect, evaluation, loss, noise, per_sample
+from .registry import Patch
+from .window import SLOT, Window, data_parallel_rule, fetch
+from .wrappers import batch_samples_arguments, loss_arguments, replaced, wrap
+
+LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
+
+
+def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
+    model, inputs, args, num_items_in_batch = loss_arguments(*pos, **kwargs)
+    if evaluation.KEYS in inputs:  # diffusion_eval_noise="fixed": the release's evaluation loss, keyed draws
+        return evaluation.patched_loss(release, profile, model, inputs, args, LOSSES[release.shape])
+    if config.normalization_for(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
+        return wrapped(*pos, **kwargs)
+    loss.check_weighting(profile, args)
+    masked_loss = LOSSES[release.shape]
+    if isinstance(num_items_in_batch, Window):
+        window = num_items_in_batch
+        if SLOT not in inputs:
+            raise RuntimeError(
+                "unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
+                "was get_batch_samples bypassed?"
+            )
+        batch_noise = window.noise(
+            inputs[SLOT], lambda batch: noise.paired_if_asked(release.draw(profile, model, batch, args), profile, args)
+        )
+        result = masked_loss(profile, model, batch_noise, args, window.count, release.masked_module)
+        if window.loss_scale != 1:
+            # DDP averages gradients over ranks; a count summed over ranks needs a summed numerator.
+            result = (result[0] * window.loss_scale, *result[1:])
+        return result
+    # Evaluation, direct calls and per-sample noise under 'microbatch': the micro-batch's own count,
+    # as the release computes it. Only the keyed ones are training draws, paired where asked.
+    batch_noise = release.draw(profile, model, inputs, args)
+    if per_sample.KEYS in inputs:
+        batch_noise = noise.paired_if_asked(batch_noise, profile, args)
+    return masked_loss(profile, model, batch_noise, args, batch_noise.masked.sum(), release.masked_module)
+
+
+def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
+    epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
+    if construction.noise_of(trainer) == config.PER_SAMPLE:
+        epoch_iterator = per_sample.data_order(trainer).tag(trainer.args, epoch_iterator)
+        pos, kwargs = replaced(pos, kwargs, 0, "epoch_iterator", epoch_iterator)
+    if not construction.uses_window(trainer):
+        # Trainer's own, looked up now: Unsloth may have rewritten it since this patch was applied.
+        return super(release.trainer_module.DiffusionTrainer, trainer).get_batch_samples(*pos, **kwargs)
+    batches = fetch(trainer, epoch_iterator, num_batches)
+    if not batches:
+        return batches, None
+    # The window stands in for num_items_in_batch: not None, so Trainer does not divide by the
+    # accumulation steps again; its count is known once its noise is drawn.
+    return batches, Window(batches, *data_parallel_rule(trainer))
+
+
+def _accepts_loss_kwargs(trainer):
+    # True under window normalization: the loss already carries the whole window's denominator.
+    return construction.uses_window(trainer) or trainer.__dict__.get("model_accepts_loss_kwargs", False)
+
+
+def _set_accepts_loss_kwargs(trainer, value):
+    trainer.__dict__["model_accepts_loss_kwargs"] = value
+
+
+ACCEPTS_LOSS_KWARGS = property(_accepts_loss_kwargs, _set_accepts_loss_kwargs)
+
+
+def _trainer_init(release, wrapped, trainer, pos, kwargs):
+    wrapped(*pos, **kwargs)
+    construction.check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
+    if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
+        return
+    mode = construction.settle_noise(trainer)
+    if mode == config.PER_SAMPLE:
+        profile = trainer.diffusion_profile
+        if config.normalization_for(profile, trainer.args) == config.MICROBATCH and profile.loss_normalization not in (
+            config.MASKED_TOKENS,
+            config.GLOBAL_MASKED_TOKENS,
+        ):
+            if getattr(trainer.args, config.NOISE.name, None):
+                asked, instead = f"{config.NOISE.name}='per_sample'", f"leave {config.NOISE.name} at None"
+            else:
+                asked = f"the model config's {config.DP_VARYING}=True (per-sample noise)"
+                instead = f"set {config.NOISE.name}='global'"
+            raise ValueError(
+                f"unsloth_diffusion_norm: {asked} with {profile.name!r}'s own "
+                f"{profile.loss_normalization!r} normalization is not available on this release; "
+                f"set {config.NORMALIZATION.name}='window' or {instead}."
+            )
+        per_sample.data_order(trainer)  # registered now, to see the first epoch begin
+    config.check_lower_variance(
+        trainer.args, trainer.diffusion_profile, mode, construction.uses_window(trainer) or mode == config.PER_SAMPLE
+    )
+    construction.say_noise(trainer, mode)
+
+
+def release_patches(release):
+    trainer_class = release.trainer_module.DiffusionTrainer
+    profile_class = release.masked_module.MaskedDiffusionProfile
+    return [
+        Patch(
+            f"{detect.NEMOTRON} profile .loss_normalization",
+            detect.find_profile(release.profiles_module, detect.NEMOTRON),
+            "loss_normalization",
+            lambda current: config.GLOBAL_MASKED_TOKENS,
+            "the profile carries its normalization: NVIDIA's is window-global (upstream's name)",
+        ),
+        Patch(
+            "MaskedDiffusionProfile.compute_loss",
+            profile_class,
+            "compute_loss",
+            wrap(_profile_compute_loss, release),
+            f"the release's own noise and loss ({release.shape}), divided by the window's masked tokens",
+        ),
+        Patch(
+            "DiffusionTrainer.get_batch_samples",
+            trainer_class,
+            "get_batch_samples",
+            wrap(_get_batch_samples, release),
+            "collects the window (its noise and masked-token count are shared by its micro-batches) "
+            "and, for per-sample noise, each row's generator seed",
+        ),
+        Patch(
+            "DiffusionTrainer.model_accepts_loss_kwargs",
+            trainer_class,
+            "model_accepts_loss_kwargs",
+            lambda current: ACCEPTS_LOSS_KWARGS,
+            "stops Trainer dividing a window-normalized loss by the accumulation steps again",
+        ),
+        Patch(
+            "DiffusionTrainer.__init__",
+            trainer_class,
+            "__init__",
+            wrap(_trainer_init, release),
+            "rejects flags this trainer cannot honour, at construction; sets up per-sample noise",
+        ),
+        *evaluation.trainer_patches(release, trainer_class, lambda function: wrap(function, release)),
+        *construction.config_patches(release),
+    ]
