@@ -110,6 +110,7 @@ FRESH = {
     "unsloth_diffusion_norm.window.data_parallel_rule": RANKS,
     "unsloth_diffusion_norm.window.counting_rule": RANKS,
     "unsloth_diffusion_norm.window.Window.noise": RANKS,
+    "unsloth_diffusion_norm.window.Window.divide": RANKS,
     "unsloth_diffusion_norm.per_sample.DataOrder.tag": RANKS,
 }
 # mutmut's class-method separator: `module.xǁClassǁmethod__mutmut_N`.

@@ -41,12 +41,6 @@ def say_noise(trainer, mode):
             logger.warning(note)
 
 
-def uses_window(trainer):
-    profile = getattr(trainer, "diffusion_profile", None)
-    args = getattr(trainer, "args", None)
-    return profile is not None and config.normalization_for(profile, args) == config.WINDOW
-
-
 @wrapt.decorator
 def _config_init(wrapped, instance, pos, kwargs):
     values = {field: config.validate(kwargs.pop(field, None), field) for field in config.FIELDS}

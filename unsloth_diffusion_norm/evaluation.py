@@ -19,11 +19,10 @@ import sys
 import torch
 
 from . import config, per_sample, registry
+from .batch_keys import EVAL, UNSLOTH_PREPARED
 from .loss import check_weighting
 from .registry import Patch
 from .wrappers import loss_arguments, prediction_arguments, replaced
-
-KEYS = "_diffusion_norm_eval_keys"  # in an evaluation batch's inputs: per draw, one generator seed per row
 
 
 def eval_key(seed, position, draw):
@@ -39,20 +38,20 @@ class EvalOrder:
         self.next_batch = 0
 
     def tag(self, args, inputs, draws):
-        """`inputs` with its rows' generator seeds under KEYS: `draws` lists of one seed per row."""
+        """`inputs` with its rows' generator seeds under batch_keys.EVAL: `draws` lists of one seed per row."""
         rows = inputs["input_ids"].shape[0]
         first = (self.next_batch * args.world_size + args.process_index) * args.per_device_eval_batch_size
         self.next_batch += 1
         keys = [[eval_key(args.seed, first + row, draw) for row in range(rows)] for draw in range(draws)]
-        return {**inputs, KEYS: keys}
+        return {**inputs, EVAL: keys}
 
 
 def mean_of_draws(inputs, loss_of):
     """The release's (loss, outputs, metrics) of an evaluation batch, averaged over its keyed draws:
-    `loss_of(inputs)` is called once per draw with that draw's seeds under per_sample.KEYS (one forward
-    each). One draw is returned as it is."""
-    clean = {name: value for name, value in inputs.items() if name != KEYS}
-    results = [loss_of({**clean, per_sample.KEYS: keys}) for keys in inputs[KEYS]]
+    `loss_of(inputs, keys)` is called once per draw with the batch (its draws' seeds taken out) and that draw's
+    seeds (one forward each). One draw is returned as it is."""
+    clean = {name: value for name, value in inputs.items() if name != EVAL}
+    results = [loss_of(clean, keys) for keys in inputs[EVAL]]
     if len(results) == 1:
         return results[0]
     losses, outputs, metrics = zip(*results)
@@ -66,8 +65,8 @@ def patched_loss(release, profile, model, inputs, args, masked_loss):
     lengths); `masked_loss`: the release shape's loss (the `loss` module)."""
     check_weighting(profile, args)
 
-    def one_draw(keyed):
-        drawn = release.draw(profile, model, keyed, args)
+    def one_draw(clean, keys):
+        drawn = release.draw(profile, model, clean, args, per_sample.Rows(keys))
         own = None if config.normalization_for(profile, args) != config.WINDOW else drawn.masked.sum()
         return masked_loss(profile, model, drawn, args, own, release.masked_module)
 
@@ -168,10 +167,9 @@ def keyed_upstream_loss(release, wrapped, profile, pos, kwargs):
     loss (`wrapped`, the profile copy's compute_loss) as its prepared batch."""
     model, inputs, args, _ = loss_arguments(*pos, **kwargs)
 
-    def one_draw(keyed):
-        drawn = release.draw(profile, model, keyed, args).prepared()
-        clean = {name: value for name, value in keyed.items() if name != per_sample.KEYS}
-        call = replaced(pos, kwargs, 1, "inputs", {**clean, "_diffusion_masked_batch": drawn})
+    def one_draw(clean, keys):
+        drawn = release.draw(profile, model, clean, args, per_sample.Rows(keys)).prepared()
+        call = replaced(pos, kwargs, 1, "inputs", {**clean, UNSLOTH_PREPARED: drawn})
         return wrapped(*call[0], **call[1])
 
     return mean_of_draws(inputs, one_draw)

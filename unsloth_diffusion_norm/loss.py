@@ -1,11 +1,10 @@
-"""The masked-diffusion loss of each patched release's code shape, with the denominator passed in.
+"""The masked-diffusion loss of each patched release's code shape, with its denominator passed in.
 
-Window normalization lives here and nowhere else: a micro-batch's loss is its weighted sum S_g
-divided by `denominator` = the realized masked tokens of the whole window (or of the micro-batch
-itself for evaluation and direct calls). `denominator=None` is the profile's own per-micro-batch
-normalization (its masked tokens, or LLaDA's answer lengths), for keyed evaluation draws. Everything
-else - the forward, the fused or dense head, the 1/p_mask weighting, the metrics - is the release's own
-arithmetic, op for op, so a GA=1 step is bitwise the release's.
+A micro-batch's loss is its weighted sum S_g divided by `denominator`: the window's realized masked tokens
+(given by `window.Window.divide`), or the micro-batch's own for evaluation and direct calls. `denominator=None`
+is the profile's own per-micro-batch normalization (its masked tokens, or LLaDA's answer lengths), for keyed
+evaluation draws. Everything else - the forward, the fused or dense head, the 1/p_mask weighting, the metrics -
+is the release's own arithmetic, op for op, so a GA=1 step is bitwise the release's.
 """
 
 import torch

@@ -4,9 +4,9 @@ classes are not touched beyond DiffusionConfig and DiffusionTrainer.__init__, an
 
 import dataclasses
 
-from . import config, construction, evaluation, noise, per_sample, registry
+from . import batch_keys, config, construction, evaluation, noise, per_sample, registry, window
 from .registry import Patch
-from .window import SLOT, Window, data_parallel_rule, fetch
+from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, prepare_arguments, replaced, wrap, wrap_method
 
 
@@ -102,10 +102,10 @@ def _loss(release, wrapped, profile, pos, kwargs):
     """In this order: an evaluation batch with its keys (diffusion_eval_noise="fixed"): upstream's loss of each
     keyed draw, averaged; a micro-batch of a window fetched undrawn (diffusion_noise="global"): the window's noise
     drawn now, upstream's loss; anything else (evaluation without keys, a direct call): upstream's own."""
-    _, inputs, _, window = loss_arguments(*pos, **kwargs)
-    if evaluation.KEYS in inputs:
+    _, inputs, _, this_window = loss_arguments(*pos, **kwargs)
+    if batch_keys.EVAL in inputs:
         return evaluation.keyed_upstream_loss(release, wrapped, profile, pos, kwargs)
-    if isinstance(window, Window):
+    if isinstance(this_window, Window):
         return _loss_drawn_at_first_step(wrapped, profile, pos, kwargs)
     return wrapped(*pos, **kwargs)
 
@@ -134,9 +134,10 @@ def _per_sample_noise(release, trainer, profile):
 
 def _keyed_prepare_batch(release, wrapped, profile, pos, kwargs):
     model, inputs, args = prepare_arguments(*pos, **kwargs)
-    if per_sample.KEYS not in inputs:  # evaluation: the release's own draws
+    rows = inputs.get(batch_keys.ROWS)
+    if rows is None:  # evaluation: the release's own draws
         return wrapped(*pos, **kwargs)
-    return noise.paired_if_asked(release.draw(profile, model, inputs, args), profile, args).prepared()
+    return noise.paired_if_asked(release.draw(profile, model, inputs, args, rows), profile, args).prepared()
 
 
 def _tagged_batch_samples(order, wrapped, trainer, pos, kwargs):
@@ -150,7 +151,7 @@ def _fetch_undrawn_patch(trainer):
     made when the window is first trained on instead of while it is fetched - after Trainer has restored a
     resumed run's RNG. Upstream's loss and count arithmetic stay."""
     # Upstream's compute_loss scales the loss by all processes itself: count the way upstream counts.
-    reduce_count, _ = data_parallel_rule(trainer, upstream=True)
+    reduce_count, _ = window.data_parallel_rule(trainer, upstream=True)
     return Patch(
         "get_batch_samples",
         trainer,
@@ -163,18 +164,17 @@ def _fetch_undrawn_patch(trainer):
 def _fetch_undrawn(reduce_count, wrapped, trainer, pos, kwargs):
     # Upstream's own fetch draws; this one stands in for it whole (the device is _prepare_inputs' business).
     epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
-    batches = fetch(trainer, epoch_iterator, num_batches)
-    return (batches, Window(batches, reduce_count, 1)) if batches else (batches, None)
+    return window.collect(trainer, epoch_iterator, num_batches, (reduce_count, 1))
 
 
 def _loss_drawn_at_first_step(wrapped, profile, pos, kwargs):
-    model, inputs, args, window = loss_arguments(*pos, **kwargs)
-    drawn = window.noise(
-        inputs[SLOT],
+    model, inputs, args, this_window = loss_arguments(*pos, **kwargs)
+    drawn = this_window.noise(
+        inputs[batch_keys.SLOT],
         lambda batch: noise.paired_if_asked(noise.Noise(*profile.prepare_batch(model, batch, args)), profile, args),
     )
-    pos, kwargs = replaced(pos, kwargs, 1, "inputs", {**inputs, "_diffusion_masked_batch": drawn.prepared()})
-    pos, kwargs = replaced(pos, kwargs, 3, "num_items_in_batch", window.count)
+    pos, kwargs = replaced(pos, kwargs, 1, "inputs", {**inputs, batch_keys.UNSLOTH_PREPARED: drawn.prepared()})
+    pos, kwargs = replaced(pos, kwargs, 3, "num_items_in_batch", this_window.count)
     return wrapped(*pos, **kwargs)
 
 

@@ -21,11 +21,14 @@ class Noise:
     p_mask: torch.Tensor
 
     def prepared(self):
-        """The tuple Unsloth 2026.10.7+ keeps under inputs["_diffusion_masked_batch"]."""
+        """The tuple Unsloth 2026.10.7+ keeps under inputs[batch_keys.UNSLOTH_PREPARED]."""
         return self.input_ids, self.forward_mask, self.maskable, self.masked, self.p_mask
 
 
-def draw(profile, model, inputs, args, response_mask):
+def draw(profile, model, inputs, args, response_mask, keys=None, strata=None):
+    """The release's noise for a batch: from the global RNG, or with `keys` (per-sample noise, keyed evaluation:
+    one generator seed per row) from each row's own generator, each row's level moved into its stratum where
+    `strata` gives one ((stratum, n) per row: stratified levels)."""
     input_ids = inputs["input_ids"]
     attention_mask = inputs.get("attention_mask")
     batch, length = input_ids.shape
@@ -42,14 +45,12 @@ def draw(profile, model, inputs, args, response_mask):
             maskable = maskable | (padding & maskable.any(dim=1, keepdim=True))
         forward_mask = None
 
-    keys = inputs.get(per_sample.KEYS)
     if keys is None:
         t = torch.rand(batch, device=device)
         p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)
         masked = (torch.rand((batch, length), device=device) < p_mask) & maskable
-    else:  # diffusion_noise="per_sample": the same two draws, from each example's own generator
+    else:  # keyed (per-sample noise, keyed evaluation): the same two draws, from each row's own generator
         t, u = per_sample.uniforms(keys, attention_mask, length, device)
-        strata = inputs.get(per_sample.STRATA)
         if strata is not None:  # diffusion_t_sampler="stratified": t moved into the row's stratum
             t = per_sample.stratified(t, strata)
         p_mask = ((1 - eps) * t + eps)[:, None].expand(batch, length)

@@ -3,43 +3,57 @@ its own masked tokens: the window-normalized loss, the release's own noise and l
 the window's denominator (`window`), and keyed evaluation (`evaluation`). Class-level patches on Unsloth's own
 diffusion classes; each target wrapped once."""
 
-from . import config, construction, detect, evaluation, loss, noise, per_sample
+from . import batch_keys, config, construction, detect, evaluation, loss, noise, per_sample, window
 from .registry import Patch
-from .window import SLOT, Window, data_parallel_rule, fetch
+from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, replaced, wrap
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
 
 
 def _profile_compute_loss(release, wrapped, profile, pos, kwargs):
+    """The loss by what the call is, each path the release's own arithmetic with its denominator."""
     model, inputs, args, num_items_in_batch = loss_arguments(*pos, **kwargs)
-    if evaluation.KEYS in inputs:  # diffusion_eval_noise="fixed": the release's evaluation loss, keyed draws
+    if batch_keys.EVAL in inputs:  # diffusion_eval_noise="fixed": the release's evaluation loss, keyed draws
         return evaluation.patched_loss(release, profile, model, inputs, args, LOSSES[release.shape])
-    if config.normalization_for(profile, args) != config.WINDOW and per_sample.KEYS not in inputs:
-        return wrapped(*pos, **kwargs)
-    loss.check_weighting(profile, args)
-    masked_loss = LOSSES[release.shape]
     if isinstance(num_items_in_batch, Window):
-        window = num_items_in_batch
-        if SLOT not in inputs:
-            raise RuntimeError(
-                "unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
-                "was get_batch_samples bypassed?"
-            )
-        batch_noise = window.noise(
-            inputs[SLOT], lambda batch: noise.paired_if_asked(release.draw(profile, model, batch, args), profile, args)
+        return _window_loss(release, profile, model, inputs, args, num_items_in_batch)
+    if batch_keys.ROWS in inputs or config.normalization_for(profile, args) == config.WINDOW:
+        return _micro_batch_loss(release, profile, model, inputs, args)
+    return wrapped(*pos, **kwargs)
+
+
+def _window_loss(release, profile, model, inputs, args, this_window):
+    """A training micro-batch of a window: the window's noise (drawn for all of its micro-batches at the first),
+    divided by the window's masked tokens."""
+    loss.check_weighting(profile, args)
+    if batch_keys.SLOT not in inputs:
+        raise RuntimeError(
+            "unsloth_diffusion_norm: a training micro-batch arrived without its window slot; "
+            "was get_batch_samples bypassed?"
         )
-        result = masked_loss(profile, model, batch_noise, args, window.count, release.masked_module)
-        if window.loss_scale != 1:
-            # DDP averages gradients over ranks; a count summed over ranks needs a summed numerator.
-            result = (result[0] * window.loss_scale, *result[1:])
-        return result
-    # Evaluation, direct calls and per-sample noise under 'microbatch': the micro-batch's own count,
-    # as the release computes it. Only the keyed ones are training draws, paired where asked.
-    batch_noise = release.draw(profile, model, inputs, args)
-    if per_sample.KEYS in inputs:
-        batch_noise = noise.paired_if_asked(batch_noise, profile, args)
-    return masked_loss(profile, model, batch_noise, args, batch_noise.masked.sum(), release.masked_module)
+
+    def draw(batch):
+        return noise.paired_if_asked(
+            release.draw(profile, model, batch, args, batch.get(batch_keys.ROWS)), profile, args
+        )
+
+    drawn = this_window.noise(inputs[batch_keys.SLOT], draw)
+    return this_window.divide(
+        lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module)
+    )
+
+
+def _micro_batch_loss(release, profile, model, inputs, args):
+    """The micro-batch's own masked tokens, as the release computes it: evaluation and direct calls of a
+    window-normalized run, and per-sample noise under 'microbatch' (its keyed draws are training draws: paired
+    where asked)."""
+    loss.check_weighting(profile, args)
+    rows = inputs.get(batch_keys.ROWS)
+    drawn = release.draw(profile, model, inputs, args, rows)
+    if rows is not None:
+        drawn = noise.paired_if_asked(drawn, profile, args)
+    return LOSSES[release.shape](profile, model, drawn, args, drawn.masked.sum(), release.masked_module)
 
 
 def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
@@ -47,27 +61,10 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
     if construction.noise_of(trainer) == config.PER_SAMPLE:
         epoch_iterator = per_sample.data_order(trainer).tag(trainer.args, epoch_iterator)
         pos, kwargs = replaced(pos, kwargs, 0, "epoch_iterator", epoch_iterator)
-    if not construction.uses_window(trainer):
+    if not window.uses_window(trainer):
         # Trainer's own, looked up now: Unsloth may have rewritten it since this patch was applied.
         return super(release.trainer_module.DiffusionTrainer, trainer).get_batch_samples(*pos, **kwargs)
-    batches = fetch(trainer, epoch_iterator, num_batches)
-    if not batches:
-        return batches, None
-    # The window stands in for num_items_in_batch: not None, so Trainer does not divide by the
-    # accumulation steps again; its count is known once its noise is drawn.
-    return batches, Window(batches, *data_parallel_rule(trainer))
-
-
-def _accepts_loss_kwargs(trainer):
-    # True under window normalization: the loss already carries the whole window's denominator.
-    return construction.uses_window(trainer) or trainer.__dict__.get("model_accepts_loss_kwargs", False)
-
-
-def _set_accepts_loss_kwargs(trainer, value):
-    trainer.__dict__["model_accepts_loss_kwargs"] = value
-
-
-ACCEPTS_LOSS_KWARGS = property(_accepts_loss_kwargs, _set_accepts_loss_kwargs)
+    return window.collect(trainer, epoch_iterator, num_batches, window.data_parallel_rule(trainer))
 
 
 def _trainer_init(release, wrapped, trainer, pos, kwargs):
@@ -94,7 +91,7 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
             )
         per_sample.data_order(trainer)  # registered now, to see the first epoch begin
     config.check_lower_variance(
-        trainer.args, trainer.diffusion_profile, mode, construction.uses_window(trainer) or mode == config.PER_SAMPLE
+        trainer.args, trainer.diffusion_profile, mode, window.uses_window(trainer) or mode == config.PER_SAMPLE
     )
     construction.say_noise(trainer, mode)
 
@@ -129,7 +126,7 @@ def release_patches(release):
             "DiffusionTrainer.model_accepts_loss_kwargs",
             trainer_class,
             "model_accepts_loss_kwargs",
-            lambda current: ACCEPTS_LOSS_KWARGS,
+            lambda current: window.ACCEPTS_LOSS_KWARGS,
             "stops Trainer dividing a window-normalized loss by the accumulation steps again",
         ),
         Patch(

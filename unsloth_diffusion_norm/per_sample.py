@@ -18,10 +18,18 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import has_length
 
 from . import config, registry
+from .batch_keys import ROWS
 
-KEYS = "_diffusion_norm_keys"  # key in a micro-batch's inputs: one generator seed per row
-# With diffusion_t_sampler="stratified": per row, (its stratum, the number of strata n) of its window.
-STRATA = "_diffusion_norm_strata"
+
+class Rows:
+    """A micro-batch's per-sample noise: each row's generator seed, and with diffusion_t_sampler="stratified"
+    each row's (stratum, the number of strata n) of its window. (A plain object: Trainer's _prepare_inputs
+    rebuilds lists and tuples, and passes anything else as it is.)"""
+
+    __slots__ = ("keys", "strata")
+
+    def __init__(self, keys, strata=None):
+        self.keys, self.strata = keys, strata
 
 
 def sample_key(seed, epoch, position):
@@ -90,8 +98,8 @@ class DataOrder(TrainerCallback):
         self.epochs_begun += 1
 
     def tag(self, args, batches):
-        """Yield each fetched micro-batch with its rows' generator seeds under KEYS, and with
-        diffusion_t_sampler="stratified" each row's stratum under STRATA."""
+        """Yield each fetched micro-batch with its Rows under batch_keys.ROWS: its rows' generator seeds, and with
+        diffusion_t_sampler="stratified" each row's stratum."""
         stratified = config.T_SAMPLER.of(args) == config.STRATIFIED
         for batch in batches:
             rows = batch["input_ids"].shape[0]
@@ -99,7 +107,7 @@ class DataOrder(TrainerCallback):
             self.next_batch += 1
             keys = [sample_key(args.seed, self.epoch, first + j) for j in range(rows)]
             if not stratified:
-                yield {**batch, KEYS: keys}
+                yield {**batch, ROWS: Rows(keys)}
                 continue
             n = config.examples_per_step(args)  # a step's examples: consecutive positions of the global order
             windows = {}
@@ -108,7 +116,7 @@ class DataOrder(TrainerCallback):
                 window = windows.get(position // n) or window_strata(args.seed, self.epoch, position // n, n)
                 windows[position // n] = window
                 strata.append((window[position % n], n))
-            yield {**batch, KEYS: keys, STRATA: strata}
+            yield {**batch, ROWS: Rows(keys, strata)}
 
 
 def data_order(trainer):

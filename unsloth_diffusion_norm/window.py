@@ -1,8 +1,19 @@
-"""One optimizer step's micro-batches, their noise, and the masked-token count that normalizes them."""
+"""The window normalization, whole: whether a run has it, one optimizer step's micro-batches collected, their
+noise drawn together and their masked tokens counted (summed across ranks where asked), each micro-batch's loss
+divided by that count and scaled for data parallel by the `Window` that owns both, and Trainer's own division by
+the accumulation steps switched off."""
 
 import torch
 
-SLOT = "_diffusion_norm_slot"  # key in a micro-batch's inputs: its index in the window
+from . import config
+from .batch_keys import SLOT
+
+
+def uses_window(trainer):
+    """Does this trainer's run divide by the window's masked tokens (config.normalization_for)?"""
+    profile = getattr(trainer, "diffusion_profile", None)
+    args = getattr(trainer, "args", None)
+    return profile is not None and config.normalization_for(profile, args) == config.WINDOW
 
 
 class Window:
@@ -18,11 +29,29 @@ class Window:
         self.count = None  # realized masked tokens of the window (summed across ranks when asked)
 
     def noise(self, index, draw):
+        """Micro-batch `index`'s noise; at the first call, `draw(batch)` for every micro-batch, and the count."""
         if self.noises is None:
             self.noises = [draw(batch) for batch in self.batches]
             local = torch.stack([noise.masked.sum() for noise in self.noises]).sum()
             self.count = self.reduce_count(local)
         return self.noises[index]
+
+    def divide(self, loss_of):
+        """`loss_of(denominator)`, the release's (loss, outputs, metrics) of a micro-batch divided by the window's
+        count, then scaled: DDP averages gradients over ranks, and a count summed over ranks needs a summed
+        numerator."""
+        result = loss_of(self.count)
+        if self.loss_scale != 1:
+            result = (result[0] * self.loss_scale, *result[1:])
+        return result
+
+
+def collect(trainer, epoch_iterator, num_batches, rule):
+    """(the window's micro-batches, its Window) for `rule` = (reduce_count, loss_scale); ([], None) when the
+    data is spent, as Trainer's own fetch returns. The Window stands in for Trainer's num_items_in_batch: not None,
+    so Trainer does not divide by the accumulation steps again, and its count is known once its noise is drawn."""
+    batches = fetch(trainer, epoch_iterator, num_batches)
+    return (batches, Window(batches, *rule)) if batches else (batches, None)
 
 
 def fetch(trainer, epoch_iterator, num_batches):
@@ -77,3 +106,17 @@ def counting_rule(average_tokens_across_devices, world_size, num_processes, para
     if parallelism_config is None:
         return 1, num_processes
     return parallelism_config.non_data_parallel_size, num_processes // parallelism_config.tp_size
+
+
+# Trainer divides a loss by the accumulation steps unless the model "accepts loss kwargs"; DiffusionTrainer
+# (2026.10.4-.6) says it does not. Under window normalization the loss already carries the whole window's
+# denominator, so the class-level property says True for such a run, and the trainer's own value otherwise.
+def _accepts_loss_kwargs(trainer):
+    return uses_window(trainer) or trainer.__dict__.get("model_accepts_loss_kwargs", False)
+
+
+def _set_accepts_loss_kwargs(trainer, value):
+    trainer.__dict__["model_accepts_loss_kwargs"] = value
+
+
+ACCEPTS_LOSS_KWARGS = property(_accepts_loss_kwargs, _set_accepts_loss_kwargs)

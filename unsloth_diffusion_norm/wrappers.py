@@ -23,8 +23,10 @@ class Release:
     profiles_module: object = None
     disabled_by: str = None  # the flags-only set: what turned the plugin off
 
-    def draw(self, profile, model, inputs, args):
-        return noise.draw(profile, model, inputs, args, self.masked_module.response_mask)
+    def draw(self, profile, model, inputs, args, rows=None):
+        """The release's noise for `inputs`; keyed by `rows` (per_sample.Rows) when given."""
+        keys, strata = (None, None) if rows is None else (rows.keys, rows.strata)
+        return noise.draw(profile, model, inputs, args, self.masked_module.response_mask, keys, strata)
 
 
 def wrap(function, *context):

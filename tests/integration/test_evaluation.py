@@ -108,13 +108,13 @@ def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):
 def test_the_profiles_keyed_draw_and_loss_take_their_arguments_by_position_or_by_name(plugin):
     """The release calls its profile's prepare_batch and compute_loss by position; another caller may name them.
     A keyed training draw and a keyed evaluation loss are the same either way."""
-    from unsloth_diffusion_norm import evaluation, per_sample
+    from unsloth_diffusion_norm import batch_keys, evaluation, per_sample
 
     trainer = _train(diffusion_noise="per_sample", **FIXED).trainer
     profile, model, args = trainer.diffusion_profile, trainer.model, trainer.args
     batch = next(iter(trainer.get_eval_dataloader()))
     rows = batch["input_ids"].shape[0]
-    training = {**batch, per_sample.KEYS: [7 + row for row in range(rows)]}
+    training = {**batch, batch_keys.ROWS: per_sample.Rows([7 + row for row in range(rows)])}
     drawn = [
         profile.prepare_batch(model, training, args),
         profile.prepare_batch(model=model, inputs=training, args=args),

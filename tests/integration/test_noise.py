@@ -318,7 +318,8 @@ def test_a_direct_compute_loss_call_is_the_releases_own_bitwise(plugin, direct, 
 def test_a_window_scales_its_loss_for_data_parallel_and_refuses_a_micro_batch_without_its_slot(plugin, direct):
     """compute_loss with a window (what get_batch_samples hands Trainer): the loss is S / (the window's
     count) times the window's data-parallel factor; a micro-batch that bypassed get_batch_samples is refused."""
-    from unsloth_diffusion_norm.window import SLOT, Window
+    from unsloth_diffusion_norm.batch_keys import SLOT
+    from unsloth_diffusion_norm.window import Window
 
     model = direct.model
     ids = torch.tensor([[10, 11, 30, 31, 32, 33]])
@@ -367,7 +368,8 @@ def test_a_weighting_the_release_refuses_is_refused_in_its_own_words(plugin, dir
         == ("Unsloth: nemotron_labs_diffusion does not support diffusion_time_weighting='linear'.")
     )
     # In a training window the refusal comes before the window's noise is drawn: the RNG is as it was.
-    from unsloth_diffusion_norm.window import SLOT, Window
+    from unsloth_diffusion_norm.batch_keys import SLOT
+    from unsloth_diffusion_norm.window import Window
 
     state = torch.get_rng_state()
     with pytest.raises(ValueError):
@@ -385,10 +387,11 @@ def test_the_noise_is_drawn_on_the_batchs_device(plugin, direct, keys):
     model = direct.model
     ids = torch.tensor([[10, 11, 30, 31], [10, 11, 40, 1]], device="meta")
     inputs = {"input_ids": ids, "labels": ids, "attention_mask": torch.ones(2, 4, dtype=torch.long, device="meta")}
+    row_keys = None
     if keys:  # (no attention mask: the per-sample draws read the mask on the CPU, and a meta tensor has none)
         del inputs["attention_mask"]
-        inputs[per_sample.KEYS] = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
-    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
+        row_keys = [per_sample.sample_key(0, 0, 0), per_sample.sample_key(0, 0, 1)]
+    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask, row_keys)
     assert {t.device.type for t in (drawn.input_ids, drawn.maskable, drawn.masked, drawn.p_mask)} == {"meta"}
 
 
@@ -398,7 +401,7 @@ def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, direct
     Seed 149504 (found by search: a 2^-24 event per token) makes the 211th uniform equal p_mask exactly."""
     from unsloth.models.diffusion_masked import response_mask
 
-    from unsloth_diffusion_norm import noise, per_sample
+    from unsloth_diffusion_norm import noise
     from unsloth_diffusion_norm.proof import oracle
     from unsloth_diffusion_norm.proof.fixtures import EOS_ID, EPS
 
@@ -406,12 +409,12 @@ def test_a_uniform_draw_equal_to_p_mask_leaves_its_token_unmasked(plugin, direct
     model = direct.model
     ids = torch.arange(length)[None] % 90 + 5  # (no EOS: every token is an answer token)
     inputs = {"input_ids": ids, "labels": ids}
-    if keys:  # a row's own generator, seeded with its key, draws t then its tokens' uniforms: the same stream
-        inputs[per_sample.KEYS] = [seed]
+    # With keys, a row's own generator, seeded with its key, draws t then its tokens' uniforms: the same stream.
+    row_keys = [seed] if keys else None
     torch.manual_seed(seed)
     state = torch.get_rng_state()
-    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
-    replayed = oracle.replay_noise([{**inputs, "keys": inputs.get(per_sample.KEYS)}], state, EPS, EOS_ID)[0]
+    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask, row_keys)
+    replayed = oracle.replay_noise([{**inputs, "keys": row_keys}], state, EPS, EOS_ID)[0]
     generator = torch.Generator().manual_seed(seed)
     t, u = torch.rand(1, generator=generator), torch.rand(length, generator=generator)
     assert u[tie] == drawn.p_mask[0, tie] == (1 - EPS) * t[0] + EPS  # the tie is there
@@ -433,9 +436,8 @@ def test_per_sample_draws_follow_each_rows_own_tokens_whatever_the_padding_side(
     inputs = {
         "input_ids": ids,
         "labels": torch.where(ids == 1, -100, ids),
-        per_sample.KEYS: keys,
         "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6]),
     }
-    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask)
+    drawn = noise.draw(_nemotron(), model, inputs, None, response_mask, keys)
     replayed = oracle.replay_noise([{**inputs, "keys": keys}], torch.get_rng_state(), EPS, EOS_ID)[0]
     assert torch.equal(drawn.masked, replayed.masked) and torch.equal(drawn.p_mask, replayed.p_mask)

@@ -116,3 +116,13 @@ def test_the_project_speaks_of_itself_only():
         for path in [README, *PAGES, *scripts]
     }
     assert {path: words for path, words in found.items() if words} == {}
+
+
+def test_the_layout_page_gives_every_core_module_once_in_its_reading_order():
+    """docs/layout.md's core table names each module of the core (the package's top level) exactly once: a module
+    added, split or renamed shows here."""
+    page = (DOCS / "layout.md").read_text(encoding="utf-8")
+    table = page[page.index("## The core") : page.index("## The proof")]
+    named = re.findall(r"`(\w+\.py)`", "".join(line.split("|")[2] for line in table.splitlines() if line[:2] == "| "))
+    core = sorted(p.name for p in (ROOT / "unsloth_diffusion_norm").glob("*.py") if p.name != "__main__.py")
+    assert sorted(named) == core and len(named) == len(set(named)), sorted(set(core) ^ set(named))

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from unsloth_diffusion_norm import config, evaluation, per_sample
+from unsloth_diffusion_norm import batch_keys, config, evaluation, per_sample
 
 
 def test_the_key_is_the_documented_hash_and_unrelated_to_every_training_key():
@@ -28,24 +28,25 @@ def test_positions_follow_accelerates_round_robin_over_ranks():
     order = evaluation.EvalOrder()
     tagged = [order.tag(args, {"input_ids": torch.zeros(2, 3)}, draws=2) for _ in range(2)]
     expected = [[[evaluation.eval_key(5, p, d) for p in positions] for d in range(2)] for positions in ([2, 3], [6, 7])]
-    assert [batch[evaluation.KEYS] for batch in tagged] == expected
+    assert [batch[batch_keys.EVAL] for batch in tagged] == expected
 
 
 def test_k_draws_are_averaged_and_one_draw_is_the_release_s_result_itself():
     seen = []
 
-    def loss_of(inputs):
-        seen.append(inputs[per_sample.KEYS])
+    def loss_of(inputs, keys):
+        assert batch_keys.EVAL not in inputs  # the draws' seeds taken out: each draw gets its own
+        seen.append(keys)
         k = len(seen)
         metrics = {"masked_fraction": torch.tensor(0.1 * k)} | ({} if k == 2 else {"masked_ce": float(k)})
         return torch.tensor(float(k)), f"outputs of draw {k}", metrics
 
-    inputs = {"input_ids": torch.zeros(1, 2), evaluation.KEYS: [[11], [12], [13]]}
+    inputs = {"input_ids": torch.zeros(1, 2), batch_keys.EVAL: [[11], [12], [13]]}
     loss, outputs, metrics = evaluation.mean_of_draws(inputs, loss_of)
     assert seen == [[11], [12], [13]] and loss.item() == 2.0 and outputs == "outputs of draw 3"  # the last draw's
     assert torch.isclose(metrics["masked_fraction"], torch.tensor(0.2)) and metrics["masked_ce"] == 2.0  # (1 + 3) / 2
     single = (torch.tensor(1.5), None, {})
-    assert evaluation.mean_of_draws({evaluation.KEYS: [[1]]}, lambda _: single) is single
+    assert evaluation.mean_of_draws({batch_keys.EVAL: [[1]]}, lambda inputs, keys: single) is single
 
 
 def test_an_evaluation_leaves_every_global_rng_as_it_found_it():

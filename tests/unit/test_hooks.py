@@ -376,10 +376,10 @@ def test_unpatch_says_how_to_undo_it_and_keeps_a_diagnosis(state):
 
 def test_a_trainer_without_a_profile_or_arguments_yet_does_not_use_the_window():
     """Trainer reads model_accepts_loss_kwargs while it is being built, before Unsloth sets the profile."""
-    from unsloth_diffusion_norm import construction
+    from unsloth_diffusion_norm import window
 
-    assert construction.uses_window(SimpleNamespace()) is False
-    assert construction.uses_window(SimpleNamespace(diffusion_profile=SimpleNamespace())) is False
+    assert window.uses_window(SimpleNamespace()) is False
+    assert window.uses_window(SimpleNamespace(diffusion_profile=SimpleNamespace())) is False
 
 
 def test_a_status_without_patches_promises_no_defaults(state):
@@ -388,10 +388,10 @@ def test_a_status_without_patches_promises_no_defaults(state):
 
 
 def test_model_accepts_loss_kwargs_is_the_trainers_own_unless_the_window_normalizes():
-    from unsloth_diffusion_norm import patched
+    from unsloth_diffusion_norm import window
 
     class Trainer:
-        model_accepts_loss_kwargs = patched.ACCEPTS_LOSS_KWARGS
+        model_accepts_loss_kwargs = window.ACCEPTS_LOSS_KWARGS
 
     trainer = Trainer()
     assert trainer.model_accepts_loss_kwargs is False  # nothing set yet

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import torch
 
-from unsloth_diffusion_norm.per_sample import KEYS, STRATA, DataOrder, sample_key, stratified, uniforms, window_strata
+from unsloth_diffusion_norm.batch_keys import ROWS
+from unsloth_diffusion_norm.per_sample import DataOrder, sample_key, stratified, uniforms, window_strata
 
 
 def test_sample_keys_are_deterministic_distinct_and_depend_on_every_part():
@@ -43,7 +44,7 @@ def batch(rows):
 def positions(order, args, batches):
     """The global positions the tagged micro-batches were given (recovered from their keys)."""
     lookup = {sample_key(args.seed, order.epoch, p): p for p in range(1000)}
-    return [[lookup[k] for k in tagged[KEYS]] for tagged in order.tag(args, batches)]
+    return [[lookup[k] for k in tagged[ROWS].keys] for tagged in order.tag(args, batches)]
 
 
 def test_positions_follow_accelerates_round_robin_over_ranks():
@@ -86,7 +87,7 @@ def test_the_same_example_gets_other_noise_in_another_epoch():
     keys = []
     for epoch in range(2):
         order.on_epoch_begin(args, SimpleNamespace(global_step=2 * epoch), None, train_dataloader=[0] * 4)
-        keys.append(next(order.tag(args, [batch(2)]))[KEYS])
+        keys.append(next(order.tag(args, [batch(2)]))[ROWS].keys)
     assert set(keys[0]).isdisjoint(keys[1])
 
 
@@ -155,7 +156,7 @@ def test_stratified_rows_take_their_strata_from_their_steps_keyed_permutation():
         n = 3 * 2
         order = DataOrder()
         order.epoch = epoch
-        tagged = [found[STRATA] for found in order.tag(args, [batch(3)] * 5)]
+        tagged = [found[ROWS].strata for found in order.tag(args, [batch(3)] * 5)]
         rows = [stratum for micro_batch in tagged for stratum in micro_batch]
         expected = [window_strata(seed, epoch, step, n) for step in range(3)]
         assert rows == [(expected[p // n][p % n], n) for p in range(15)], (seed, epoch)

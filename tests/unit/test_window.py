@@ -80,7 +80,8 @@ def test_the_rule_bound_to_a_trainer_gathers_once_and_counts_each_batch_once():
 def test_a_window_that_runs_out_of_data_keeps_what_it_got_in_order():
     from types import SimpleNamespace
 
-    from unsloth_diffusion_norm.window import SLOT, fetch
+    from unsloth_diffusion_norm.batch_keys import SLOT
+    from unsloth_diffusion_norm.window import fetch
 
     trainer = SimpleNamespace(_prepare_inputs=lambda inputs: {**inputs, "prepared": True})
     batches = fetch(trainer, iter([{"x": 1}, {"x": 2}]), 3)  # a stream's last, partial window

@@ -8,9 +8,19 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from unsloth_diffusion_norm import config, construction, detect, native, patched, per_sample, registry, wrappers
+from unsloth_diffusion_norm import (
+    batch_keys,
+    config,
+    construction,
+    detect,
+    native,
+    patched,
+    registry,
+    wrappers,
+)
+from unsloth_diffusion_norm.batch_keys import SLOT, UNSLOTH_PREPARED
 from unsloth_diffusion_norm.registry import Patch
-from unsloth_diffusion_norm.window import SLOT, Window
+from unsloth_diffusion_norm.window import Window
 
 FUTURE = {"future_option": 1}  # a keyword no release knows
 
@@ -113,7 +123,7 @@ def test_get_batch_samples_hands_an_unknown_keyword_to_trainers_own(state, noise
     batches, (device, extra) = trainer.get_batch_samples(epoch_iterator=iter(rows(3)), num_batches=1, **FUTURE)
     assert (len(batches), device, extra) == (1, None, FUTURE)
     tagged = noise == config.PER_SAMPLE
-    assert all((per_sample.KEYS in batch) == tagged for batch in batches)
+    assert all((batch_keys.ROWS in batch) == tagged for batch in batches)
     assert trainer.callbacks == ([vars(trainer)[registry.PER_TRAINER].order] if tagged else [])
     patch.revert()
 
@@ -172,9 +182,9 @@ def trainer_with_patches(noise):
 def test_per_sample_patches_hand_an_unknown_keyword_to_the_releases_own(state):
     trainer, profile = trainer_with_patches(config.PER_SAMPLE)
     batches, (device, extra) = trainer.get_batch_samples(iter(rows(3)), 2, "cpu", future_option=1)
-    assert (len(batches), device, extra) == (2, "cpu", FUTURE) and all(per_sample.KEYS in b for b in batches)
+    assert (len(batches), device, extra) == (2, "cpu", FUTURE) and all(batch_keys.ROWS in b for b in batches)
     batches, (device, extra) = trainer.get_batch_samples(epoch_iterator=iter(rows(1)), num_batches=1, **FUTURE)
-    assert (device, extra) == (None, FUTURE) and per_sample.KEYS in batches[0]
+    assert (device, extra) == (None, FUTURE) and batch_keys.ROWS in batches[0]
     # Evaluation (no keys): the release's own draws, to the same call.
     trainer.diffusion_profile.prepare_batch("model", rows(1)[0], trainer.args, future_option=1)
     assert profile.seen == [FUTURE]
@@ -187,8 +197,8 @@ def test_draws_at_the_first_step_hand_an_unknown_keyword_to_the_releases_own(sta
     copy = trainer.diffusion_profile
     loss, inputs, count, extra = copy.compute_loss("model", batches[0], trainer.args, window, future_option=1)
     assert (loss, int(count), extra) == ("the release's loss", 2, FUTURE) and profile.seen == [{}, {}]
-    assert "_diffusion_masked_batch" in inputs and inputs["input_ids"] is batches[0]["input_ids"]
+    assert UNSLOTH_PREPARED in inputs and inputs["input_ids"] is batches[0]["input_ids"]
     found = copy.compute_loss(model="model", inputs=batches[1], args=trainer.args, num_items_in_batch=window, **FUTURE)
-    assert (int(found[2]), found[3]) == (2, FUTURE) and "_diffusion_masked_batch" in found[1]
+    assert (int(found[2]), found[3]) == (2, FUTURE) and UNSLOTH_PREPARED in found[1]
     # Outside a window (evaluation, a direct call): the release's own, to the same call.
     assert copy.compute_loss("model", rows(1)[0], trainer.args, future_option=1)[2:] == (None, FUTURE)
