@@ -19,6 +19,7 @@ prints now.
 import argparse
 import dataclasses
 import importlib.metadata as metadata
+import json
 import os
 import re
 import subprocess
@@ -57,16 +58,32 @@ class Block:
     arguments: tuple
     keep: object = None  # lines -> the lines shown; None: all of them
     shortened: bool = False
+    leg: str = None  # a leg of scripts/matrix.py (.matrix/<leg>/, built by `make matrix`) to run in; None: this one
+
+    def executable(self):
+        folder = os.path.join(ROOT, ".matrix", self.leg, "bin") if self.leg else os.path.dirname(sys.executable)
+        return os.path.join(folder, CLI)
+
+
+NATIVE_LEG = "unsloth-2026.10.9-transformers-5.17.0-trl-1.15.0"
 
 
 BLOCKS = {
     "reproduce": Block("README.md", ("reproduce",), _from_first(r"Unsloth \d")),
     "doctor-summary": Block("README.md", ("doctor",), _doctor_summary, shortened=True),
+    "doctor": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: ")),
+    "doctor-native": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: "), leg=NATIVE_LEG),
 }
+PACKAGES = ("unsloth", "transformers", "trl", "torch")
 
 
-def versions():
-    return {name: metadata.version(name) for name in ("unsloth", "transformers", "trl", "torch")}
+def versions(block):
+    """The versions the block's command runs with: this environment's, or its leg's."""
+    if not block.leg:
+        return {name: metadata.version(name) for name in PACKAGES}
+    python = os.path.join(os.path.dirname(block.executable()), "python")
+    code = f"import json, importlib.metadata as m; print(json.dumps({{n: m.version(n) for n in {PACKAGES!r}}}))"
+    return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def stamp(block, commit, found):
@@ -80,10 +97,11 @@ def stamp(block, commit, found):
 
 def run(block):
     """The command's output as it prints it (stdout and stderr together, as a terminal shows them)."""
-    executable = os.path.join(os.path.dirname(sys.executable), CLI)
     env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+    if not os.path.exists(block.executable()):
+        sys.exit(f"docs_outputs: {block.executable()} is missing: build the leg first (make matrix)")
     done = subprocess.run(
-        [executable, *block.arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [block.executable(), *block.arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     lines = done.stdout.rstrip("\n").splitlines()
     if done.returncode != 0:
@@ -126,14 +144,14 @@ def main(argv=None):
     names = args.only or list(BLOCKS)
     if args.list:
         for name in names:
-            print(f"{name:<16} {BLOCKS[name].page:<20} {CLI} {' '.join(BLOCKS[name].arguments)}")
+            where = f"   (in .matrix/{BLOCKS[name].leg})" if BLOCKS[name].leg else ""
+            print(f"{name:<16} {BLOCKS[name].page:<20} {CLI} {' '.join(BLOCKS[name].arguments)}{where}")
         return 0
     commit = commit_of_the_code({BLOCKS[name].page for name in names})
-    found = versions()
     for name in names:
         block = BLOCKS[name]
         lines = run(block)
-        rewrite(block.page, name, "\n".join([stamp(block, commit, found), *lines]))
+        rewrite(block.page, name, "\n".join([stamp(block, commit, versions(block)), *lines]))
         print(f"{name}: {len(lines)} lines into {block.page}")
     return 0
 
