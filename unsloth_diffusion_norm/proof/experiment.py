@@ -21,14 +21,15 @@ from .fixtures import LEARNING_RATE, load_model, loaded_first
 def clean_inputs(batch):
     """A detached CPU copy of what the oracle needs from a micro-batch, whatever else it carries
     (with diffusion_noise="per_sample", the generator seed of each row as "keys")."""
-    from ..per_sample import KEYS, STRATA
+    from ..batch_keys import ROWS
 
     keep = ("input_ids", "attention_mask", "labels")
     clean = {k: batch[k].detach().cpu().clone() for k in keep if k in batch}
-    if KEYS in batch:
-        clean["keys"] = list(batch[KEYS])
-    if STRATA in batch:  # diffusion_t_sampler="stratified": each row's (stratum, strata)
-        clean["strata"] = list(batch[STRATA])
+    rows = batch.get(ROWS)
+    if rows is not None:
+        clean["keys"] = list(rows.keys)
+        if rows.strata is not None:  # diffusion_t_sampler="stratified": each row's (stratum, strata)
+            clean["strata"] = list(rows.strata)
     return clean
 
 
