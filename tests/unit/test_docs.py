@@ -126,3 +126,20 @@ def test_the_layout_page_gives_every_core_module_once_in_its_reading_order():
     named = re.findall(r"`(\w+\.py)`", "".join(line.split("|")[2] for line in table.splitlines() if line[:2] == "| "))
     core = sorted(p.name for p in (ROOT / "unsloth_diffusion_norm").glob("*.py") if p.name != "__main__.py")
     assert sorted(named) == core and len(named) == len(set(named)), sorted(set(core) ^ set(named))
+
+
+def test_the_version_is_one_in_the_package_the_changelog_and_the_readme():
+    """__version__ (what --version prints and the wheel is named by), the CHANGELOG's newest version and the README's
+    status line say the same version, and whether it is published; no entries wait outside a version."""
+    version = re.search(
+        r'^__version__ = "([^"]+)"', (ROOT / "unsloth_diffusion_norm" / "__init__.py").read_text(), re.M
+    )
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    newest = re.search(r"^## (\S+)( \(not yet published\))?$", changelog, re.M)
+    status = re.search(
+        r"^\*\*Status:\*\* version (\S+?),( not yet published)?", README.read_text(encoding="utf-8"), re.M
+    )
+    assert version and newest and status
+    assert version.group(1) == newest.group(1) == status.group(1)
+    assert bool(newest.group(2)) == bool(status.group(2))
+    assert "## Unreleased" not in changelog
