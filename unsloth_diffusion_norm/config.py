@@ -29,7 +29,7 @@ PREFIX = "unsloth_diffusion_norm: "
 @dataclasses.dataclass(frozen=True)
 class Flag:
     """One per-run flag: its name, how it is checked, its default, what it means, where it applies, and what a
-    run gets at its default (per mode status() reports, 'patched' or 'native')."""
+    run gets at its default (the same in both modes that patch, or per mode: {'patched': ..., 'native': ...})."""
 
     name: str
     kind: str
@@ -37,7 +37,11 @@ class Flag:
     default: object
     help: str
     applies: str
-    at_default: dict
+    at_default: object
+
+    def gives(self, mode):
+        """What a run gets at the default in this mode ('patched' or 'native')."""
+        return self.at_default if isinstance(self.at_default, str) else self.at_default[mode]
 
     def given(self, args):
         """The value as the arguments hold it (the default where they lack the field)."""
@@ -159,7 +163,7 @@ EVAL_DRAWS = Flag(
     "is the mean of the K draws' losses (each normalized as the release normalizes an evaluation batch). "
     "Default 1.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; K > 1 with diffusion_eval_noise='fixed' only",
-    {"patched": "one draw per evaluation example", "native": "one draw per evaluation example"},
+    "one draw per evaluation example",
 )
 T_SAMPLER = Flag(
     "diffusion_t_sampler",
@@ -171,7 +175,7 @@ T_SAMPLER = Flag(
     "example's t keeps the release's law; needs per-sample keys (diffusion_noise='per_sample'). None (the "
     "default): each example's t drawn on its own.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; with per-sample noise only",
-    {"patched": "each example's t drawn on its own", "native": "each example's t drawn on its own"},
+    "each example's t drawn on its own",
 )
 COMPLEMENTARY = Flag(
     "diffusion_complementary_masks",
@@ -184,7 +188,7 @@ COMPLEMENTARY = Flag(
     "False (the default): one mask per example.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; where the plugin draws the run's noise (window normalization or "
     "per-sample noise)",
-    {"patched": "one mask per example", "native": "one mask per example"},
+    "one mask per example",
 )
 FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, T_SAMPLER, COMPLEMENTARY)
 FIELDS = {flag.name: flag for flag in FLAGS}
@@ -227,7 +231,7 @@ def asked(args):
 def defaults_line(mode):
     """status()'s line of what a run gets unless its DiffusionConfig opts into something else ('patched' or
     'native'), from each flag's record: its default, what that gives, and its other values."""
-    told = "; ".join(f"{flag.name}={flag.default!r}: {flag.at_default[mode]}" for flag in FLAGS)
+    told = "; ".join(f"{flag.name}={flag.default!r}: {flag.gives(mode)}" for flag in FLAGS)
     others = ", ".join(f"{flag.name}={' or '.join(flag.other_values())}" for flag in FLAGS)
     return f"{told}; opt-ins per run: {others}"
 

@@ -164,7 +164,7 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
         assert config.validate(None, flag.name) == flag.default
     for mode in ("patched", "native"):
         line = config.defaults_line(mode)
-        assert all(f"{flag.name}={flag.default!r}: {flag.at_default[mode]}" in line for flag in config.FLAGS)
+        assert all(f"{flag.name}={flag.default!r}: {flag.gives(mode)}" in line for flag in config.FLAGS)
         assert line.endswith(
             "opt-ins per run: diffusion_loss_normalization='window' or 'microbatch', diffusion_noise='global' or "
             "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_t_sampler='stratified', "
