@@ -61,6 +61,18 @@ def test_the_oracle_never_imports_what_it_judges(tmp_path):
     loaded = _modules_after("import unsloth_diffusion_norm.proof.oracle", tmp_path)
     judged = {
         f"unsloth_diffusion_norm.{name}"
-        for name in ("patches", "wrappers", "loss", "noise", "window", "per_sample", "evaluation")
+        for name in (
+            "patches",
+            "patched",
+            "native",
+            "construction",
+            "wrappers",
+            "loss",
+            "noise",
+            "window",
+            "per_sample",
+            "evaluation",
+            "batch_keys",
+        )
     }
     assert "unsloth_diffusion_norm.proof.oracle" in loaded and not judged & set(loaded)
