@@ -327,7 +327,12 @@ def test_draws_set_on_the_arguments_after_they_were_made_are_refused_at_the_trai
 
 @pytest.mark.skipif(MODE != registry.NATIVE, reason="a natively fixed release")
 def test_native_keyed_evaluation_is_per_trainer(plugin):
-    """2026.10.7+: Unsloth's classes stay untouched; the trainer that asks carries its own evaluation patches."""
+    """2026.10.7+: Unsloth's classes stay untouched; the trainer that asks carries its own evaluation patches, and
+    its profile copy's compute_loss is wrapped once, for the keyed evaluation and the window's first-step draws."""
     run = experiment.build(TRAIN[:2], experiment.Setup.of(**FIXED), record=False)
-    names = [patch.name for patch in run.trainer.__dict__[registry.PER_TRAINER].patches]
-    assert {"evaluation_loop", "prediction_step", "diffusion_profile.compute_loss (evaluation)"} <= set(names)
+    patches = run.trainer.__dict__[registry.PER_TRAINER].patches
+    names = [patch.name for patch in patches]
+    assert {"evaluation_loop", "prediction_step", "diffusion_profile.compute_loss"} <= set(names)
+    assert len(names) == len(set(names)), names  # each target once
+    (loss,) = [patch for patch in patches if patch.name == "diffusion_profile.compute_loss"]
+    assert "keyed evaluation draw" in loss.why and "first training step" in loss.why
