@@ -245,13 +245,11 @@ def run(args):
         )
         print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
     selection = patterns or [mangled(m) for m in names]
-    code = subprocess.run(
+    stopped = _mutmut_run(
         [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection],
-        cwd=WORK,
-        env=env,
-    ).returncode
-    if code != 0:
-        sys.exit(f"mutmut run failed (exit {code})")
+        env,
+        args.minutes,
+    )
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
     if args.alive_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}
@@ -267,14 +265,19 @@ def run(args):
     first = time.time() - started
 
     # Pass 2: first make sure the switch reaches fresh interpreters at all ("fail" fails every trampoline).
-    todo = {
-        m: fresh_tests(m)
-        for m, r in results.items()
-        if r["fate"] in ("survived", "no tests")
-        and m not in said
-        and fresh_tests(m)
-        and (changed(m) or not args.mutants)
-    }
+    # (After a stopped pass 1 there is none: `run --again` goes on with what it left, pass 2 included.)
+    todo = (
+        {}
+        if stopped
+        else {
+            m: fresh_tests(m)
+            for m, r in results.items()
+            if r["fate"] in ("survived", "no tests")
+            and m not in said
+            and fresh_tests(m)
+            and (changed(m) or not args.mutants)
+        }
+    )
     groups = sorted({tuple(t) for t in todo.values()})
     for tests in groups:
         if tests != tuple(RANKS) and run_fresh(python, "fail", list(tests))[0] == 0:
@@ -291,6 +294,7 @@ def run(args):
             "label": args.label,
             "pass1_seconds": round(first),
             "seconds": round(time.time() - started),
+            **({"stopped": f"after {args.minutes} minutes of pass 1; `run --again` goes on"} if stopped else {}),
             "mutants": results,
         },
         open(out, "w"),
@@ -298,6 +302,23 @@ def run(args):
         sort_keys=True,
     )
     print(f"wrote {os.path.relpath(out, ROOT)} ({round(time.time() - started)} s)")
+
+
+def _mutmut_run(command, env, minutes):
+    """Pass 1 in its own process group; with `minutes`, stopped whole when they are up. True if stopped: mutmut
+    keeps each verdict under mutants/ as it comes, so what it decided by then is recorded and the rest is
+    'not run'."""
+    process = subprocess.Popen(command, cwd=WORK, env=env, start_new_session=True)
+    try:
+        code = process.wait(timeout=minutes * 60 if minutes else None)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
+        print(f"pass 1 stopped after {minutes} minutes", flush=True)
+        return True
+    if code != 0:
+        sys.exit(f"mutmut run failed (exit {code})")
+    return False
 
 
 # The other code shapes, each on its leg of scripts/matrix.py: the mutants the first run left alive (above
@@ -587,6 +608,11 @@ def main(argv=None):
         help="rerun only what this label's last run (or mutmut's own results, before a first report) left alive",
     )
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")
+    r.add_argument(
+        "--minutes",
+        type=float,
+        help="stop pass 1 after this long and record what it decided (the rest 'not run'; `--again` goes on)",
+    )
     r.add_argument(
         "--mutants",
         nargs="+",
