@@ -57,8 +57,9 @@ dist: setup
 	$(BIN)/twine check dist/*
 
 # The docs' real-output blocks of the commands users run, rerun and stamped with the commit and the versions
-# (scripts/docs_outputs.py; commit the code first). Under a minute.
+# (scripts/docs_outputs.py; commit the code first); doctor on 2026.10.9 runs in that matrix leg (built once).
 docs-outputs: setup
+	$(BIN)/python scripts/matrix.py --legs $(NATIVE_LEG) --build-only
 	$(RUN) $(BIN)/python scripts/docs_outputs.py
 
 # The wheel as a user gets it: installed (not editable) into a fresh environment beside the pinned stack, and
