@@ -89,6 +89,21 @@ def test_a_window_that_runs_out_of_data_keeps_what_it_got_in_order():
     assert fetch(trainer, iter([]), 2) == []
 
 
+def test_a_collected_window_carries_its_rule_and_spent_data_gives_what_trainers_own_fetch_gives():
+    """collect: the micro-batches and their Window (its count's reduction and loss scale); ([], None) once the data
+    is spent, as Trainer's own get_batch_samples returns then."""
+    from types import SimpleNamespace
+
+    from unsloth_diffusion_norm.window import Window, collect
+
+    trainer = SimpleNamespace(_prepare_inputs=lambda inputs: inputs)
+    rule = (lambda count: count * 2, 3)
+    batches, window = collect(trainer, iter([{"x": 1}, {"x": 2}]), 2, rule)
+    assert len(batches) == 2 and isinstance(window, Window) and window.batches is batches
+    assert (window.reduce_count, window.loss_scale) == rule
+    assert collect(trainer, iter([]), 2, rule) == ([], None)
+
+
 def test_an_accelerator_without_parallelism_config_is_plain_data_parallel():
     import torch
 
@@ -98,3 +113,24 @@ def test_an_accelerator_without_parallelism_config_is_plain_data_parallel():
     del trainer.accelerator.parallelism_config  # accelerate before ParallelismConfig existed
     reduce, scale = data_parallel_rule(trainer)
     assert scale == 2 and reduce(torch.tensor(3)) == 3 + 4
+
+
+def test_a_window_divides_by_its_count_and_scales_the_loss_alone():
+    """Window.divide hands the window's count to the loss as its denominator, then multiplies the loss (not the
+    outputs or the metrics) by the data-parallel factor; at factor 1 the loss's own result comes back untouched."""
+    import torch
+
+    from unsloth_diffusion_norm.window import Window
+
+    def loss_of(denominator):
+        return torch.tensor(6.0) / denominator, "outputs", {"masked_ce": 1.5}
+
+    window = Window([{}], lambda count: count, 1)
+    window.count = torch.tensor(3.0)
+    result = window.divide(loss_of)
+    assert result[0].item() == 2.0 and result[1:] == ("outputs", {"masked_ce": 1.5})
+    scaled = Window([{}], lambda count: count, 4)
+    scaled.count = torch.tensor(3.0)
+    assert scaled.divide(loss_of)[0].item() == 8.0 and scaled.divide(loss_of)[1:] == ("outputs", {"masked_ce": 1.5})
+    same = (torch.tensor(1.0), None, {})
+    assert window.divide(lambda count: same) is same
