@@ -170,3 +170,24 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
             "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_t_sampler='stratified', "
             "diffusion_complementary_masks=True"
         )
+
+
+def test_what_a_run_gets_by_default_is_said_per_mode_from_the_records():
+    """The defaults line starts with the first flag's default and what it gives in that mode, '; ' between flags;
+    a switch reads as True or False; report.defaults says it for the modes that patch, the disabled plugin's own
+    line when switched off, and nothing otherwise."""
+    from unsloth_diffusion_norm import registry, report
+
+    assert config.NORMALIZATION.gives("patched") == "each profile's own (Nemotron: window)"
+    assert config.NORMALIZATION.gives("native") == "Unsloth's own loss (window-normalized natively)"
+    assert config.COMPLEMENTARY.gives("native") == "one mask per example"
+    assert config.defaults_line("patched").startswith(
+        "diffusion_loss_normalization=None: each profile's own (Nemotron: window); diffusion_noise=None: 'global'"
+    )
+    assert config.COMPLEMENTARY.of(SimpleNamespace(diffusion_complementary_masks=1)) is True
+    assert config.COMPLEMENTARY.of(SimpleNamespace()) is False
+    assert report.defaults(registry.PATCHED) == config.defaults_line("patched")
+    assert report.defaults(registry.NATIVE) == config.defaults_line("native")
+    assert report.defaults(registry.DISABLED) == report.DISABLED_DEFAULTS
+    for mode in (registry.PENDING, registry.UNPATCHED, registry.UNSUPPORTED, registry.BROKEN):
+        assert report.defaults(mode) is None
