@@ -95,7 +95,6 @@ FRESH = {
     "unsloth_diffusion_norm.hooks._HookedLoader.*": HOOKS,
     "unsloth_diffusion_norm.activation._on_trainer_module": HOOKS + DISABLED,
     "unsloth_diffusion_norm.activation._on_unsloth": HOOKS,
-    "unsloth_diffusion_norm.report.log_once": SWITCH + BROKEN,
     "unsloth_diffusion_norm.report.warn_once": SWITCH + BROKEN,
     "unsloth_diffusion_norm.activation.disable": DISABLED,
     "unsloth_diffusion_norm.activation._accept_flags_only": DISABLED,

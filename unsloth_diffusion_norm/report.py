@@ -2,22 +2,18 @@
 once per process. Imports neither torch nor Unsloth (nor dataclasses: `import unsloth_diffusion_norm` stays cheap).
 """
 
-import logging
-
 from . import registry
 from .registry import STATE, logger
 
 _announced = set()
 
 
-def log_once(level, message):
+def warn_once(message):
+    """One warning per process for each message."""
+    message = f"unsloth_diffusion_norm: {message}"
     if message not in _announced:
         _announced.add(message)
-        logger.log(level, message)
-
-
-def warn_once(message):
-    log_once(logging.WARNING, f"unsloth_diffusion_norm: {message}")
+        logger.warning(message)
 
 
 # Why a mode that patches is the mode it is (the other modes' reasons are set where they happen).
