@@ -73,6 +73,9 @@ BLOCKS = {
     "doctor-summary": Block("README.md", ("doctor",), _doctor_summary, shortened=True),
     "doctor": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: ")),
     "doctor-native": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: "), leg=NATIVE_LEG),
+    "doctor-config": Block(
+        "docs/doctor.md", ("doctor", "--config", "examples/train.yaml"), _from_first(r"Run config sets: ")
+    ),
 }
 PACKAGES = ("unsloth", "transformers", "trl", "torch")
 

@@ -98,6 +98,7 @@ def test_a_bad_command_line_is_one_line_and_exit_2_before_anything_runs(args, na
         ("diffusion_t_sampler: stratified\n", "set diffusion_noise='per_sample'"),
         ("diffusion_complementary_masks: maybe\n", "diffusion_complementary_masks must be True or False"),
         ("- a list\n", "is not a mapping of settings"),
+        ("gradient_accumulation_steps: 0\n", "gradient_accumulation_steps must be a whole number of at least 1, not 0"),
     ],
 )
 def test_a_config_doctor_refuses_is_one_line_and_exit_2_before_unsloth_loads(text, names, places):
@@ -194,10 +195,17 @@ def test_doctor_json_is_all_of_stdout_and_leaves_nothing_behind(places, tmp_path
     home, run_config = tmp_path / "hf_home", tmp_path / "train.yaml"
     # A run's config with every training-noise field: doctor reports them, and its self-check trains with them.
     lines = ("diffusion_noise: per_sample", "diffusion_t_sampler: stratified", "diffusion_complementary_masks: true")
-    run_config.write_text("\n".join(("learning_rate: 1.0e-5", "diffusion_eval_noise: fixed", *lines)) + "\n")
+    shape = ("per_device_train_batch_size: 2", "gradient_accumulation_steps: 3")  # the self-check trains at it
+    run_config.write_text("\n".join(("learning_rate: 1.0e-5", "diffusion_eval_noise: fixed", *shape, *lines)) + "\n")
     done = run(["doctor", "--json", "--config", str(run_config)], places, env={"HF_HOME": str(home)})
     report = json.loads(done.stdout)  # the whole of stdout: no banner before it
     assert done.returncode == report["exit"] == 0 and report["self_check"]["passed"], done.stderr[-3000:]
+    check = report["self_check"]
+    assert (check["batch_size"], check["gradient_accumulation_steps"], len(check["counts"])) == (2, 3, 3)
+    assert (
+        "The run in the config (batch 2 x GA 3 per process) is normalized by its window's masked tokens"
+        in (report["verdict"])
+    )
     noise = {
         "diffusion_noise": "per_sample",
         "diffusion_t_sampler": "stratified",

@@ -242,6 +242,19 @@ def test_a_planted_wrong_formula_fails_the_exact_check(planted, cases):
 def test_one_micro_batch_per_step_moves_nothing():
     exact, found = exact_and_estimate(1, 1, True, "cuda", draws=2000)
     assert exact == 0 and found.share == 0 and "nothing moved" in found.verdict()
+    # ... but where that one micro-batch is the trainer's default, not the user's run, the verdict says so
+    # (a run at batch 1 x accumulation 8 once read "nothing moved" from the defaults 8 x 1).
+    found.defaulted = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "world_size": 1}
+    found.configured = False
+    assert found.verdict().endswith(
+        "No --config was given: this is a run with the trainer's defaults per_device_train_batch_size=8, "
+        "gradient_accumulation_steps=1, world_size=1, not necessarily yours; give your training config (--config) "
+        "or these options to measure your run."
+    )
+    found.configured = True  # a config that leaves them out trains with them: only the launch's size is assumed
+    assert found.verdict().endswith("give --world-size N for a run launched on N processes.")
+    found.defaulted = {"seed": 42}
+    assert found.verdict().endswith("no need to retrain.")
 
 
 # ------------------------------------------------------------------------------- the command line
@@ -299,6 +312,17 @@ def test_impact_on_the_docstring_dataset_prints_the_table_json_and_plot(demo, tm
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert report["settings"]["device"] == "cuda" and report["distinct_global"] == 8 and report["draws"] >= 300
+    # what the config and the options left out is named: here what a run with this config has by default too
+    assert report["defaulted"] == {"diffusion_eps": 0.001, "max_length": 1024} and report["configured"]
+    # no config: every setting that cuts the step is the trainer's default, and the verdict says so
+    assert cli.main(["impact", "--data", str(few), "--tokenizer", data_tokenizer(config), "--draws", "300"]) == 0
+    out, _ = capsys.readouterr()
+    assert "not given, so the trainer's defaults: per_device_train_batch_size=8, gradient_accumulation_steps=1, " in out
+    assert out.strip().splitlines()[-1].startswith("verdict: one micro-batch per step") and "No --config" in out
+
+
+def data_tokenizer(config):
+    return impact.read_config(config)["model_name_or_path"]
 
 
 @pytest.fixture(scope="module")

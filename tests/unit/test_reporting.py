@@ -63,3 +63,30 @@ def test_an_unsupported_release_is_warned_about_once_and_status_keeps_the_latest
         )
     ]
     assert (state.mode, state.reason) == (registry.UNSUPPORTED, "second reason")
+
+
+def test_doctor_says_whether_the_run_a_config_describes_is_affected_and_why():
+    from types import SimpleNamespace
+
+    from unsloth_diffusion_norm.tools import doctor
+
+    def words(mode, native, steps, displaced=()):
+        state = SimpleNamespace(mode=mode, displaced=displaced)
+        shape = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": steps}
+        return doctor.run_words(state, native, shape).removeprefix(
+            f" The run in the config (batch 4 x GA {steps} per process)"
+        )
+
+    assert words(registry.PATCHED, False, 8) == (
+        " is normalized by its window's masked tokens: without the fix its 8 micro-batches per step would each be "
+        "divided by their own."
+    )
+    assert words(registry.PATCHED, False, 1).endswith("it needs the fix only when launched on several processes.")
+    for mode in (registry.UNPATCHED, registry.DISABLED, registry.BROKEN):
+        assert words(mode, False, 8) == (
+            " is affected: each of its 8 micro-batches per step is divided by its own masked tokens."
+        )
+        assert words(mode, False, 1).startswith(" has one micro-batch per step: on one process it is not affected")
+    assert words(registry.PATCHED, False, 8, displaced=("A.b",)).startswith(" is affected")  # the fix is not whole
+    for mode in (registry.NATIVE, registry.DISABLED, registry.BROKEN):  # the release's own loss is right
+        assert words(mode, True, 8) == " is normalized by its window's masked tokens by the release itself."

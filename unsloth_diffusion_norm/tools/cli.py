@@ -112,14 +112,15 @@ def _parser():
         help="is this stack affected, is the fix live, and a self-check against the oracle",
         description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
         "fixed, or self-check failed; 2 unsupported Unsloth, a --model DIR the self-check cannot run on, or a "
-        "--config FILE whose plugin fields are refused; "
+        "--config FILE whose plugin fields or shape are refused; "
         "3 Unsloth not installed or not importable.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (always, also on errors)")
     doctor.add_argument(
         "--config",
         metavar="FILE",
-        help="the training script's YAML config: report the plugin's fields it sets, and self-check with its noise",
+        help="the training script's YAML config: report the plugin's fields it sets, self-check one step at its "
+        "batch size and accumulation with its noise, and say whether that run is affected",
     )
     _own_model_options(doctor)
     bench = commands.add_parser("bench", help="step time, peak memory, import cost and DDP collectives")
@@ -253,10 +254,11 @@ def _doctor(args):
 
     try:
         _own_model(args)
-        fields = doctor.run_fields(args.config) if args.config else None  # refused before anything imports
+        # a config's fields and shape: refused before anything imports
+        fields, shape = (doctor.run_fields(args.config), doctor.run_shape(args.config)) if args.config else (None, None)
         import_unsloth()
         with contextlib.redirect_stdout(sys.stderr):  # the Trainer's banners and prints
-            report = doctor.examine(model=args.model, settings=args.set, fields=fields)
+            report = doctor.examine(model=args.model, settings=args.set, fields=fields, shape=shape)
     except Failure as failure:  # (own_model.Refused too: a --model DIR the self-check cannot run on)
         report = doctor.unusable(str(failure), failure.code)
     except Exception as error:  # noqa: BLE001 - a health check reports what broke
@@ -327,7 +329,7 @@ def _bench(args):
 def _impact(args):
     from . import impact
 
-    settings, data, tokenizer, split = impact.from_command_line(args)
+    settings, data, tokenizer, split, defaulted = impact.from_command_line(args)
     if args.plot and not can_plot():
         raise Failure(f"--plot: {NO_PLOT}", USAGE)
     # from the moment the run has lasted a few seconds: a quick refusal stays one line
@@ -343,6 +345,7 @@ def _impact(args):
             device=args.device,
         )
         progress.say("done")
+    found.defaulted, found.configured = defaulted, bool(args.config)
     if args.json is True:
         print_json(impact.as_json(found))
     else:

@@ -4,11 +4,12 @@ Prints the installed versions, the device, the plugin's mode with every patch an
 in one sentence, then a live self-check: the tiny model (or, with `--model DIR`, a tiny random copy of
 that checkpoint's architecture, see own_model), one GA=2 window whose micro-batches draw unequal mask
 counts, through the real DiffusionTrainer, judged by the oracle. With `--config FILE` (the training script's
-YAML), it also reports the plugin's fields that config sets, and the self-check trains with its noise fields.
+YAML), it also reports the plugin's fields that config sets, the self-check trains one window at its batch size
+and accumulation with its noise fields, and the verdict says whether that run is affected.
 Exit status: 0 fixed (patched or native) and the self-check passed; 1 affected and not fixed (disabled,
 unpatched, a displaced patch, or a broken installation of the plugin), or the self-check failed (or could
 not run); 2 an Unsloth this plugin does not support, or (set by the command line) a `--model DIR` the
-self-check cannot run on or a `--config FILE` whose plugin fields are refused; 3 (set by the command line) Unsloth is not installed or cannot be imported.
+self-check cannot run on or a `--config FILE` whose plugin fields or shape are refused; 3 (set by the command line) Unsloth is not installed or cannot be imported.
 """
 
 import time
@@ -83,17 +84,57 @@ def run_fields(path):
     return config.asked(args)
 
 
-def examine(self_check=True, model=None, settings=(), device="cpu", fields=None):
+# A run's shape: what decides how many micro-batches share an optimizer step (Trainer's defaults where a
+# config leaves them out, as the run itself gets them).
+SHAPE = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+
+
+def run_shape(path):
+    """{setting: value} of a training config's rows per micro-batch and micro-batches per step (Trainer's
+    default for a setting it leaves out); one line (exit 2) for a value no run could have."""
+    from .impact.settings import Unusable, load_config
+
+    found = load_config(path)
+    shape = {name: found.get(name, default) for name, default in SHAPE.items()}
+    for name, value in shape.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise Unusable(f"{path}: {name} must be a whole number of at least 1, not {value!r}")
+    return shape
+
+
+def run_words(state, native, shape):
+    """What the verdict says of the run a config describes: is that run affected on this stack, and why."""
+    batch, steps = shape["per_device_train_batch_size"], shape["gradient_accumulation_steps"]
+    run = f"The run in the config (batch {batch} x GA {steps} per process)"
+    if native:  # whatever the plugin's state: the release's own loss
+        return f" {run} is normalized by its window's masked tokens by the release itself."
+    if state.mode == PATCHED and not state.displaced:
+        return f" {run} is normalized by its window's masked tokens" + (
+            f": without the fix its {steps} micro-batches per step would each be divided by their own."
+            if steps > 1
+            else "; with one micro-batch per step it needs the fix only when launched on several processes."
+        )
+    if steps > 1:
+        return f" {run} is affected: each of its {steps} micro-batches per step is divided by its own masked tokens."
+    return (
+        f" {run} has one micro-batch per step: on one process it is not affected; launched on several, each "
+        "process divides by its own masked tokens, and it is."
+    )
+
+
+def examine(self_check=True, model=None, settings=(), device="cpu", fields=None, shape=None):
     """Everything doctor reports, as a dict (what --json prints). `model`: a checkpoint directory whose
     architecture the self-check runs at a tiny size (`settings`: (key, value) for that copy's config);
     own_model.Refused, one line, when it cannot. `device`: where the self-check trains (the oracle runs
-    there too). `fields`: a run config's plugin fields (run_fields), reported; the self-check trains with
-    its noise fields."""
+    there too). `fields`, `shape`: a run config's plugin fields (run_fields) and shape (run_shape), reported;
+    the self-check trains at that shape with its noise fields, and the verdict speaks of that run."""
     from ..activation import status
 
     report = {"versions": versions(), "device": accelerator()}
     if fields:
         report["fields"] = dict(fields)
+    if shape:
+        report["shape_of_run"] = dict(shape)
     state = status()
     report.update(
         mode=state.mode,
@@ -112,6 +153,8 @@ def examine(self_check=True, model=None, settings=(), device="cpu", fields=None)
         return report
     native = state.mode == NATIVE or (state.mode in (DISABLED, UNPATCHED, BROKEN) and natively_fixed())
     report["verdict"] = verdict(state, release, native)
+    if shape:
+        report["verdict"] += run_words(state, native, shape)
     if fields and state.mode == DISABLED:
         report["verdict"] += (
             " The config sets the plugin's fields, and with the plugin turned off a DiffusionTrainer refuses them at "
@@ -119,7 +162,7 @@ def examine(self_check=True, model=None, settings=(), device="cpu", fields=None)
         )
     fixed = (state.mode == PATCHED or (native and state.mode != BROKEN)) and not state.displaced
     noise = {field: value for field, value in (fields or {}).items() if field in TRAINING_NOISE}
-    passed = _self_check(report, model, settings, device, noise) if self_check else True
+    passed = _self_check(report, model, settings, device, noise, shape or {}) if self_check else True
     report["exit"] = FIXED if fixed and passed else AFFECTED
     return report
 
@@ -180,9 +223,9 @@ def verdict(state, release, native):
     return said
 
 
-def _self_check(report, model, settings, device, noise):
-    """Train one window (`noise`: a run config's noise fields) and judge it by the oracle; the outcome goes
-    into `report`. True if it passed."""
+def _self_check(report, model, settings, device, noise, shape):
+    """Train one window (`noise`, `shape`: a run config's noise fields and shape) and judge it by the oracle;
+    the outcome goes into `report`. True if it passed."""
     from . import own_model, reproduce
 
     started = time.perf_counter()
@@ -201,7 +244,11 @@ def _self_check(report, model, settings, device, noise):
             report["self_check"] = {**checks, "seconds": seconds, "device": str(device)}
             return checks["passed"]
         # this stack as it is: patched, native or unfixed
-        judged = reproduce.measure(seed=0, model=subject, device=device, **noise)
+        rows = {
+            "batch_size": shape.get("per_device_train_batch_size", 1),
+            "gradient_accumulation_steps": shape.get("gradient_accumulation_steps", 2),
+        }
+        judged = reproduce.measure(seed=0, model=subject, device=device, **rows, **noise)
     except Exception as error:  # noqa: BLE001 - a health check reports what broke instead of dying
         report["self_check"] = {
             "passed": False,
@@ -212,6 +259,7 @@ def _self_check(report, model, settings, device, noise):
     report["self_check"] = {
         **judged.report(),
         "fields": noise,
+        **rows,
         "passed": judged.ok,
         "seconds": round(time.perf_counter() - started, 2),
         "device": str(device),
@@ -264,7 +312,7 @@ def render(report):
         lines.append(f"Self-check: FAIL - it could not run: {check['error']}")
     elif check:
         lines.append(
-            f"Self-check ({check.get('device', 'cpu')}, {subject}, GA 2{_with(check.get('fields'))}, masked tokens "
+            f"Self-check ({check.get('device', 'cpu')}, {subject}, {_shape(check)}{_with(check.get('fields'))}, masked tokens "
             f"{check['counts']}): "
             f"{'PASS' if check['passed'] else 'FAIL'} - loss {check['loss']:.6f} vs oracle "
             f"{check['reference_loss']:.6f}, max grad error {check['grad_error']:.2e}, max param error "
@@ -272,6 +320,11 @@ def render(report):
             f"({check['seconds']} s)"
         )
     return "\n".join(lines)
+
+
+def _shape(check):
+    batch = check.get("batch_size", 1)
+    return (f"batch {batch} x " if batch != 1 else "") + f"GA {check.get('gradient_accumulation_steps', 2)}"
 
 
 def _with(fields):

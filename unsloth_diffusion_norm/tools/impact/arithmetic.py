@@ -49,8 +49,24 @@ class Estimate:
     notes: list = field(default_factory=list)  # one line each, printed before the verdict
     settings: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
+    defaulted: dict = field(default_factory=dict)  # settings the trainer's defaults gave, not the user's run
+    configured: bool = True  # read from the run's training config (--config)
 
     def verdict(self):
+        return self._finding() + self._caveat()
+
+    def _caveat(self):
+        if not self.configured and self.defaulted:
+            assumed = ", ".join(f"{name}={value}" for name, value in self.defaulted.items())
+            return (
+                f" No --config was given: this is a run with the trainer's defaults {assumed}, not necessarily "
+                "yours; give your training config (--config) or these options to measure your run."
+            )
+        if "world_size" in self.defaulted:  # a launch setting: a training config never holds it
+            return " It assumes one process: give --world-size N for a run launched on N processes."
+        return ""
+
+    def _finding(self):
         pct = 100 * self.share
         if self.micro_batches_per_step == 1:
             return "one micro-batch per step: both normalizations are the same; nothing moved, no need to retrain."

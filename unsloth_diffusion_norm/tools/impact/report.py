@@ -55,6 +55,11 @@ def render(found):
             f"distinct noise levels per optimizer step: {e.distinct_global:.2f} under the global RNG ({shared}), "
             f"{e.distinct_per_sample:.2f} with per-sample noise (diffusion_noise='per_sample')",
         ]
+    if e.defaulted:
+        whose = (
+            "the trainer's defaults, as a run with this config has them" if e.configured else "the trainer's defaults"
+        )
+        lines += ["", f"not given, so {whose}: " + ", ".join(f"{k}={v}" for k, v in e.defaulted.items())]
     lines += [""] + [f"note: {note}" for note in e.notes] + ["verdict: " + e.verdict()]
     return "\n".join(lines)
 

@@ -67,6 +67,20 @@ CONFIG_KEYS = {f.name for f in dataclasses.fields(Settings)} | {
 }
 
 
+# The settings that decide how a step is cut (how many micro-batches, how many masked tokens each): when one
+# is neither in --config nor given as an option, the trainer's default stands in for it and impact says so
+# (a run at batch 1 x accumulation 8 read as the default 8 x 1 shows nothing moved).
+# A config that leaves one out trains with the same default; only world_size, a launch setting, is never in it.
+DECISIVE = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "world_size",
+    "diffusion_eps",
+    "max_length",
+    "seed",
+)
+
+
 def read_config(path):
     """The keys impact reads from a training YAML (or JSON) config, as a dict."""
     return {k: v for k, v in load_config(path).items() if k in CONFIG_KEYS}
@@ -89,8 +103,9 @@ def load_config(path):
 
 
 def from_command_line(args):
-    """(settings, data, tokenizer, split) of `impact`'s command line: the --config file's keys, then the
-    options, then the trainer's defaults."""
+    """(settings, data, tokenizer, split, defaulted) of `impact`'s command line: the --config file's keys, then
+    the options, then the trainer's defaults; `defaulted`: {setting: value} of the DECISIVE settings that came
+    from those defaults."""
     config = read_config(args.config) if args.config else {}
     chosen = {k: v for k, v in config.items() if k in Settings.__dataclass_fields__}
     options = {
@@ -115,4 +130,5 @@ def from_command_line(args):
         settings = Settings(**chosen).check()
     except (TypeError, Unusable) as error:
         raise Unusable(f"{args.config}: {error}" if args.config else str(error)) from None
-    return settings, data, tokenizer, args.split or config.get("dataset_train_split") or "train"
+    defaulted = {name: getattr(settings, name) for name in DECISIVE if name not in chosen}
+    return settings, data, tokenizer, args.split or config.get("dataset_train_split") or "train", defaulted
