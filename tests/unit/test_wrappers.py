@@ -202,3 +202,22 @@ def test_draws_at_the_first_step_hand_an_unknown_keyword_to_the_releases_own(sta
     assert (int(found[2]), found[3]) == (2, FUTURE) and UNSLOTH_PREPARED in found[1]
     # Outside a window (evaluation, a direct call): the release's own, to the same call.
     assert copy.compute_loss("model", rows(1)[0], trainer.args, future_option=1)[2:] == (None, FUTURE)
+
+
+def test_the_native_fetch_counts_every_process_as_upstreams_loss_scales_by_every_process(state):
+    """On 2026.10.7+ the window is fetched undrawn and upstream's compute_loss, which multiplies the loss by every
+    process, divides by its count: every process's count summed, a tensor-parallel pair's batch twice. The
+    plugin's own rule (each batch once) would halve that count here and double the gradient."""
+    from accelerate import ParallelismConfig
+
+    args = arguments()
+    args.average_tokens_across_devices, args.world_size = True, 4
+    trainer = Trainer(args, Profile())
+    trainer.accelerator = SimpleNamespace(
+        num_processes=4,
+        parallelism_config=ParallelismConfig(dp_shard_size=2, tp_size=2),
+        gather=lambda count: torch.cat([count + rank for rank in range(4)]),  # the other ranks' counts, made up
+    )
+    registry.apply_to_trainer(trainer, [native._fetch_undrawn_patch(trainer)])
+    _, window = trainer.get_batch_samples(iter(rows(1)), 1)
+    assert window.reduce_count(torch.tensor([10])) == 10 + 11 + 12 + 13 and window.loss_scale == 1
