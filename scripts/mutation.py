@@ -8,7 +8,7 @@
 After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
 L's last run left alive; after a function changed, `run --label L --mutants module.function` (a method:
 module.Class.method) reruns all of its mutants (renamed: `--mutants OLD NEW` also drops the old name's
-verdicts); `legs --only LEG` runs one leg. A run stopped part-way goes on where it stopped with `run --label L`
+verdicts; a stopped `--mutants` run goes on with the same names and `--go-on`); `legs --only LEG` runs one leg. A run stopped part-way goes on where it stopped with `run --label L`
 alone: mutmut keeps each verdict under mutants/ as it comes (`make mutation` starts over: it removes mutants/).
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
@@ -244,6 +244,10 @@ def run(args):
         )
         print(f"pass 1 on {args.label}: the {len(names)} mutants left alive there", flush=True)
     selection = patterns or [mangled(m) for m in names]
+    if args.go_on:  # a stopped --mutants run: mutmut reruns every mutant it is named, decided or not
+        decided = {mangled(m) for m, code in mutmut_results().items() if code is not None}
+        selection = [p for p in selection if p not in decided]
+        print(f"going on: {len(selection)} of them not decided yet in {os.path.relpath(WORK, ROOT)}", flush=True)
     stopped = _mutmut_run(
         [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection],
         env,
@@ -607,6 +611,12 @@ def main(argv=None):
         help="rerun only what this label's last run (or mutmut's own results, before a first report) left alive",
     )
     r.add_argument("--workdir", help="run mutmut in this copy of the tree (default: the checkout)")
+    r.add_argument(
+        "--go-on",
+        action="store_true",
+        help="with --mutants NAMES (exact names): run only those this work copy's mutants/ has no verdict for yet, "
+        "as a stopped run goes on (mutmut reruns every mutant it is named); the results keep all of them",
+    )
     r.add_argument(
         "--minutes",
         type=float,
