@@ -425,16 +425,20 @@ def core_functions():
 
 def forget(args):
     """Drop from every result file the verdicts of functions the core no longer has (moved or renamed: their
-    new names' mutants run with `run --mutants NEW`); the report then describes only code the core holds."""
+    new names' mutants run with `run --mutants NEW`), and, where the checkout's mutants/ holds the mutants of
+    today's core, of mutant numbers it no longer has (a function that changed has fewer); the report then
+    describes only code the core holds."""
     core = core_functions()
+    existing = set(mutmut_results())  # every mutant of the core as mutants/ has it (empty without mutants/)
     for name in sorted(f for f in os.listdir(RESULTS) if f.startswith("results-") and f.endswith(".json")):
         path = os.path.join(RESULTS, name)
         result = json.load(open(path))
         gone = sorted({function_of(m) for m in result["mutants"]} - core)
-        if gone:
-            result["mutants"] = {m: r for m, r in result["mutants"].items() if function_of(m) in core}
+        lost = sorted(m for m in result["mutants"] if existing and function_of(m) in core and m not in existing)
+        if gone or lost:
+            result["mutants"] = {m: r for m, r in result["mutants"].items() if function_of(m) in core and m not in lost}
             json.dump(result, open(path, "w"), indent=1, sort_keys=True)
-            print(f"{name}: forgot the verdicts of {', '.join(gone)}")
+            print(f"{name}: forgot the verdicts of {', '.join(gone + lost)}")
 
 
 def merged(labels=None):
