@@ -403,3 +403,8 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
     state = json.loads((workdir / "from-yaml" / "trainer_state.json").read_text())
     assert len([entry for entry in state["log_history"] if "eval_loss" in entry]) == 2
+    # the window's metrics reach the Trainer's log, and so trainer_state.json, at every logged step
+    from unsloth_diffusion_norm.proof import oracle
+
+    train = [entry for entry in state["log_history"] if "loss" in entry]
+    assert all(set(oracle.METRIC_NAMES) <= set(entry) for entry in train), train

@@ -41,6 +41,7 @@ class WindowRecord:
     grads: dict = None
     params_after: dict = None
     logged_loss: float = None
+    logs: dict = None  # what the Trainer logged at this window's step (logging_steps=1)
 
 
 @dataclass
@@ -120,6 +121,7 @@ def _recorder(run, gathered):
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs and run.windows:
                 run.windows[-1].logged_loss = logs["loss"]
+                run.windows[-1].logs = dict(logs)
 
     return Recorder()
 

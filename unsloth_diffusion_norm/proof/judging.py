@@ -20,6 +20,7 @@ class Verdict:
     grad_error: float
     param_error: float
     worst: float
+    metrics_error: float = None  # the largest |logged - oracle| of the window's metrics (None: none logged)
 
     @property
     def ok(self):
@@ -102,8 +103,33 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
     if record.logged_loss is not None:
         loss_error = abs(record.logged_loss - reference.loss)
         ratios.append(loss_error / oracle.tolerance(reference.loss, precision))
+    metrics_error = None
+    logs = record.logs or {}
+    if any(name in logs for name in oracle.METRIC_NAMES):  # the window's metrics, where the run logs them
+        # (a rank-local count: the metrics are this rank's own window's, as its count is)
+        seen = (
+            [
+                oracle.replay_noise(
+                    record.batches, record.rng_state, settings.eps, settings.eos_id, settings.complementary
+                )
+            ]
+            if rank_local
+            else masks
+        )
+        expected = oracle.window_metrics(seen)
+        errors = {name: abs(logs[name] - value) for name, value in expected.items()}  # a missing one: KeyError
+        metrics_error = max(errors.values())
+        # Computed from exact counts and fp32 levels, whatever the run's precision: the fp32 tolerance.
+        ratios += [error / oracle.tolerance(expected[name]) for name, error in errors.items()]
     return Verdict(
-        reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
+        reference.loss,
+        record.logged_loss,
+        reference.counts,
+        loss_error,
+        grad_error,
+        param_error,
+        max(ratios),
+        metrics_error,
     )
 
 

@@ -46,6 +46,9 @@ class RankResult:
     resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
     checkpoint: list = None  # the files of the checkpoint a run resumed from
     noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
+    # The largest |logged - oracle| of the windows' metrics (metrics.py) over the windows that logged them; None:
+    # no window did. Within tolerance, as `worst` says.
+    metrics_error: float = None
     sample_masks: dict = None  # per-sample noise: generator seed -> (own tokens, masked)
     engine: str = None  # engines.ENGINES name; None: DDP
     engine_on: bool = None  # the engine really wraps and shards the model
@@ -214,6 +217,7 @@ def _judged(run, seen, rank, rank_local, complementary=False):
             else None
         ),
         logged_loss=[w.logged_loss for w in run.windows],
+        metrics_error=max((v.metrics_error for v in verdicts if v.metrics_error is not None), default=None),
         reference_loss=[v.reference_loss for v in verdicts],
         grad_error=max(v.grad_error for v in verdicts),
         param_error=max(v.param_error for v in verdicts),
