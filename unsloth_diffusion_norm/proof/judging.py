@@ -179,6 +179,17 @@ def keyed_evaluation(seen, seed, draws=1, world_size=1, rank=0, batch_size=1):
     return keyed
 
 
+def expected_draw_spread(model, keyed, settings=None):
+    """The oracle's (standard deviation between the K draws' eval losses, standard error of their mean): each
+    draw k's eval loss is expected_fixed_evaluation_loss of that draw alone."""
+    per_draw = [
+        expected_fixed_evaluation_loss(model, [[draws[k]] for draws in keyed], settings) for k in range(len(keyed[0]))
+    ]
+    mean = sum(per_draw) / len(per_draw)
+    spread = (sum((loss - mean) ** 2 for loss in per_draw) / (len(per_draw) - 1)) ** 0.5
+    return spread, spread / len(per_draw) ** 0.5
+
+
 def expected_fixed_evaluation_loss(model, keyed, settings=None):
     """The oracle's loss of a keyed evaluation: each batch, each draw, by the family's own normalization of one
     batch (Nemotron and Dream: its masked tokens; LLaDA: answer lengths); the mean over a batch's draws, then
