@@ -38,14 +38,15 @@ def of(everyone, slots, count):
     as another (tensor / context parallel) repeats its micro-batches and rows, which leaves every quantity
     where it is: the moved share and the levels' mean and spread are unchanged by repeating all of them."""
     counts = everyone[:, :slots].flatten()
-    counts = counts[counts != ABSENT]
+    present = counts != ABSENT  # (masked, not indexed: no wait for the device)
     level_sum, square_sum, rows = everyone[:, slots:].sum(dim=0)
     mean = level_sum / rows
     spread = (square_sum / rows - mean * mean).clamp_min(0).sqrt()
-    total = counts.sum()
+    total = torch.where(present, counts, 0).sum()
     # Per micro-batch normalization gives each of the n micro-batches 1/n of the step; the window gives each
     # its share of the masked tokens. Half the L1 distance is the weight that lands elsewhere (0: none masked).
-    moved = torch.where(total > 0, 0.5 * (1 / counts.numel() - counts / total.clamp_min(1)).abs().sum(), 0.0)
+    distance = torch.where(present, (1 / present.sum() - counts / total.clamp_min(1)).abs(), 0).sum()
+    moved = torch.where(total > 0, 0.5 * distance, 0.0)
     return {
         COUNT: count.float(),
         LEVEL_MEAN: mean.float(),
