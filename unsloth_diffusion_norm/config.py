@@ -63,7 +63,8 @@ class Flag:
             if isinstance(value, str) and value.lower() in ("true", "false"):
                 return value.lower() == "true"
             if not isinstance(value, bool):
-                raise ValueError(f"{PREFIX}{self.name} must be True or False (the default), got {value!r}.")
+                values = "True or False (the default)" if self.default is False else "True (the default) or False"
+                raise ValueError(f"{PREFIX}{self.name} must be {values}, got {value!r}.")
             return value
         if self.kind == COUNT:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -190,7 +191,21 @@ COMPLEMENTARY = Flag(
     "per-sample noise)",
     "one mask per example",
 )
-FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, T_SAMPLER, COMPLEMENTARY)
+METRICS = Flag(
+    "diffusion_metrics",
+    SWITCH,
+    (False,),
+    True,
+    "True (the default): each optimizer step logs, beside the release's own metrics, the window's masked tokens "
+    "(window_masked_tokens), the mean and spread of its examples' noise levels (noise_level_mean, "
+    "noise_level_std: the mask probability (1-eps)·t + eps) and the share of its loss weight per-micro-batch "
+    "normalization would move (moved_weight_share), global across data-parallel ranks that share the count; "
+    "computed from the drawn masks, so training is bitwise the same. False: none of them.",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}; where the plugin draws the window's noise (window normalization on "
+    "2026.10.4-.6, diffusion_noise='global' on 2026.10.7+)",
+    "the window's metrics logged",
+)
+FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, T_SAMPLER, COMPLEMENTARY, METRICS)
 FIELDS = {flag.name: flag for flag in FLAGS}
 
 # The flags as DiffusionConfig fields: what config_patches adds to the release's dataclass. The annotations are the

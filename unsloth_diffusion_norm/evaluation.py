@@ -22,7 +22,7 @@ from . import config, per_sample, registry
 from .batch_keys import EVAL, UNSLOTH_PREPARED
 from .loss import check_weighting
 from .registry import Patch
-from .wrappers import loss_arguments, prediction_arguments, replaced
+from .wrappers import evaluation_loop_arguments, loss_arguments, prediction_arguments, replaced
 
 
 def eval_key(seed, position, draw):
@@ -31,11 +31,29 @@ def eval_key(seed, position, draw):
     return int.from_bytes(digest, "little") >> 1
 
 
+class Keyed:
+    """An evaluation batch's draws, one list of row seeds per draw; `losses`: each draw's loss, once computed.
+    Not a list: Trainer's _prepare_inputs rebuilds lists, and the loss must fill in this very object."""
+
+    def __init__(self, draws):
+        self.draws = draws
+        self.losses = None
+
+    def __iter__(self):
+        return iter(self.draws)
+
+    def __eq__(self, other):
+        return list(self.draws) == list(other)
+
+
 class EvalOrder:
-    """Where the next evaluation batch of this rank sits in the eval set (one per evaluation loop)."""
+    """Where the next evaluation batch of this rank sits in the eval set (one per evaluation loop), and each
+    draw's loss over the batches so far."""
 
     def __init__(self):
         self.next_batch = 0
+        self.draw_sums = None  # per draw: the sum over batches of rows x that draw's batch loss
+        self.rows = 0
 
     def tag(self, args, inputs, draws):
         """`inputs` with its rows' generator seeds under batch_keys.EVAL: `draws` lists of one seed per row."""
@@ -43,7 +61,28 @@ class EvalOrder:
         first = (self.next_batch * args.world_size + args.process_index) * args.per_device_eval_batch_size
         self.next_batch += 1
         keys = [[eval_key(args.seed, first + row, draw) for row in range(rows)] for draw in range(draws)]
-        return {**inputs, EVAL: keys}
+        return {**inputs, EVAL: Keyed(keys)}
+
+    def record(self, keyed, rows):
+        """A batch's draws' losses, weighted by its rows as Trainer weights a batch's loss in the eval loss."""
+        if keyed.losses is None:
+            return
+        weighted = keyed.losses.double() * rows
+        self.draw_sums = weighted if self.draw_sums is None else self.draw_sums + weighted
+        self.rows += rows
+
+    def spread(self, accelerator):
+        """(standard deviation between the draws' eval losses, standard error of their mean, the eval loss) over
+        every rank's batches (one gather); None for one draw. Each draw k's eval loss is the rows-weighted mean
+        of its batch losses over the eval set, so the K draws are K replicates of the whole evaluation."""
+        if self.draw_sums is None or len(self.draw_sums) < 2:
+            return None
+        rows = torch.tensor([float(self.rows)], dtype=torch.float64, device=self.draw_sums.device)
+        local = torch.cat([self.draw_sums, rows])
+        total = accelerator.gather(local[None]).sum(dim=0) if accelerator.num_processes > 1 else local
+        per_draw = total[:-1] / total[-1]
+        spread = per_draw.std()  # (the unbiased estimate: K replicates)
+        return float(spread), float(spread / len(per_draw) ** 0.5)
 
 
 def mean_of_draws(inputs, loss_of):
@@ -51,7 +90,10 @@ def mean_of_draws(inputs, loss_of):
     `loss_of(inputs, keys)` is called once per draw with the batch (its draws' seeds taken out) and that draw's
     seeds (one forward each). One draw is returned as it is."""
     clean = {name: value for name, value in inputs.items() if name != EVAL}
-    results = [loss_of(clean, keys) for keys in inputs[EVAL]]
+    draws = inputs[EVAL]
+    results = [loss_of(clean, keys) for keys in draws]
+    if isinstance(draws, Keyed):  # for the spread between draws (EvalOrder.spread)
+        draws.losses = torch.stack([torch.as_tensor(r[0]).detach().reshape(()).double() for r in results])
     if len(results) == 1:
         return results[0]
     losses, outputs, metrics = zip(*results)
@@ -121,7 +163,12 @@ def _held_evaluation_loop(release, wrapped, trainer, pos, kwargs):
     # seed) is put back: the training draws after an evaluation are those of a run without it.
     try:
         with global_rng_held(trainer.args.device):
-            return wrapped(*pos, **kwargs)
+            output = wrapped(*pos, **kwargs)
+        found = kept.eval_order.spread(trainer.accelerator)
+        if found is not None:  # K draws: how far the eval loss moves between them, logged with it
+            prefix = evaluation_loop_arguments(*pos, **kwargs)
+            output.metrics[f"{prefix}_loss_draw_std"], output.metrics[f"{prefix}_loss_stderr"] = found
+        return output
     finally:
         kept.eval_order = None
 
@@ -133,7 +180,9 @@ def _keyed_prediction_step(release, wrapped, trainer, pos, kwargs):
     _, inputs = prediction_arguments(*pos, **kwargs)
     tagged = order.tag(trainer.args, inputs, config.EVAL_DRAWS.of(trainer.args))
     pos, kwargs = replaced(pos, kwargs, 1, "inputs", tagged)
-    return wrapped(*pos, **kwargs)
+    result = wrapped(*pos, **kwargs)
+    order.record(tagged[EVAL], inputs["input_ids"].shape[0])
+    return result
 
 
 def trainer_patches(release, owner, make):

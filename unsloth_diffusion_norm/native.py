@@ -4,7 +4,7 @@ classes are not touched beyond DiffusionConfig and DiffusionTrainer.__init__, an
 
 import dataclasses
 
-from . import batch_keys, config, construction, evaluation, noise, per_sample, registry, window
+from . import batch_keys, config, construction, evaluation, metrics, noise, per_sample, registry, window
 from .registry import Patch
 from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, prepare_arguments, replaced, wrap, wrap_method
@@ -164,18 +164,20 @@ def _fetch_undrawn_patch(trainer):
 def _fetch_undrawn(reduce_count, wrapped, trainer, pos, kwargs):
     # Upstream's own fetch draws; this one stands in for it whole (the device is _prepare_inputs' business).
     epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
-    return window.collect(trainer, epoch_iterator, num_batches, (reduce_count, 1))
+    observer = metrics.observer(trainer, upstream=True)
+    return window.collect(trainer, epoch_iterator, num_batches, (reduce_count, 1), observer)
 
 
 def _loss_drawn_at_first_step(wrapped, profile, pos, kwargs):
     model, inputs, args, this_window = loss_arguments(*pos, **kwargs)
+    slot = inputs[batch_keys.SLOT]
     drawn = this_window.noise(
-        inputs[batch_keys.SLOT],
+        slot,
         lambda batch: noise.paired_if_asked(noise.Noise(*profile.prepare_batch(model, batch, args)), profile, args),
     )
     pos, kwargs = replaced(pos, kwargs, 1, "inputs", {**inputs, batch_keys.UNSLOTH_PREPARED: drawn.prepared()})
     pos, kwargs = replaced(pos, kwargs, 3, "num_items_in_batch", this_window.count)
-    return wrapped(*pos, **kwargs)
+    return this_window.logged(slot, wrapped(*pos, **kwargs))
 
 
 # Which patch set each recognised shape gets, and the mode it puts the plugin in.

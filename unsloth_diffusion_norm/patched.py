@@ -3,7 +3,7 @@ its own masked tokens: the window-normalized loss, the release's own noise and l
 the window's denominator (`window`), and keyed evaluation (`evaluation`). Class-level patches on Unsloth's own
 diffusion classes; each target wrapped once."""
 
-from . import batch_keys, config, construction, detect, evaluation, loss, noise, per_sample, window
+from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, window
 from .registry import Patch
 from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, replaced, wrap
@@ -38,10 +38,12 @@ def _window_loss(release, profile, model, inputs, args, this_window):
             release.draw(profile, model, batch, args, batch.get(batch_keys.ROWS)), profile, args
         )
 
-    drawn = this_window.noise(inputs[batch_keys.SLOT], draw)
-    return this_window.divide(
+    slot = inputs[batch_keys.SLOT]
+    drawn = this_window.noise(slot, draw)
+    result = this_window.divide(
         lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module)
     )
+    return this_window.logged(slot, result)
 
 
 def _micro_batch_loss(release, profile, model, inputs, args):
@@ -64,7 +66,8 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
     if not window.uses_window(trainer):
         # Trainer's own, looked up now: Unsloth may have rewritten it since this patch was applied.
         return super(release.trainer_module.DiffusionTrainer, trainer).get_batch_samples(*pos, **kwargs)
-    return window.collect(trainer, epoch_iterator, num_batches, window.data_parallel_rule(trainer))
+    rule = window.data_parallel_rule(trainer)
+    return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer))
 
 
 def _trainer_init(release, wrapped, trainer, pos, kwargs):

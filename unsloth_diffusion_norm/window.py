@@ -21,20 +21,34 @@ class Window:
     Trainer restored a checkpoint's RNG state, before any forward - in micro-batch order, so the draws
     are the release's own. Only the inputs and their noise are kept until the window ends."""
 
-    def __init__(self, batches, reduce_count, loss_scale):
+    def __init__(self, batches, reduce_count, loss_scale, observe=None):
         self.batches = batches
         self.reduce_count = reduce_count
         self.loss_scale = loss_scale
+        self.observe = observe  # metrics.observer's (the count and the metrics), or None: no metrics logged
         self.noises = None
         self.count = None  # realized masked tokens of the window (summed across ranks when asked)
+        self.metrics = None
 
     def noise(self, index, draw):
-        """Micro-batch `index`'s noise; at the first call, `draw(batch)` for every micro-batch, and the count."""
+        """Micro-batch `index`'s noise; at the first call, `draw(batch)` for every micro-batch, the count, and
+        the window's metrics where the run logs them."""
         if self.noises is None:
             self.noises = [draw(batch) for batch in self.batches]
-            local = torch.stack([noise.masked.sum() for noise in self.noises]).sum()
-            self.count = self.reduce_count(local)
+            counts = torch.stack([noise.masked.sum() for noise in self.noises])
+            if self.observe is None:
+                self.count = self.reduce_count(counts.sum())
+            else:  # the count travels with the metrics: still one collective per window
+                self.count, self.metrics = self.observe(self.noises, counts)
         return self.noises[index]
+
+    def logged(self, index, result):
+        """A micro-batch's (loss, outputs, metrics) with the window's metrics added to the first micro-batch's:
+        the release logs the mean of each metric's values, so the window's count once per window."""
+        if index != 0 or self.metrics is None or not (isinstance(result, tuple) and len(result) == 3):
+            return result  # (a release whose loss returns another shape keeps it: metrics only observe)
+        loss, outputs, said = result
+        return loss, outputs, {**(said or {}), **self.metrics}
 
     def divide(self, loss_of):
         """`loss_of(denominator)`, the release's (loss, outputs, metrics) of a micro-batch divided by the window's
@@ -46,12 +60,15 @@ class Window:
         return result
 
 
-def collect(trainer, epoch_iterator, num_batches, rule):
+def collect(trainer, epoch_iterator, num_batches, rule, observer=None):
     """(the window's micro-batches, its Window) for `rule` = (reduce_count, loss_scale); ([], None) when the
     data is spent, as Trainer's own fetch returns. The Window stands in for Trainer's num_items_in_batch: not None,
-    so Trainer does not divide by the accumulation steps again, and its count is known once its noise is drawn."""
+    so Trainer does not divide by the accumulation steps again, and its count is known once its noise is drawn.
+    `observer(slots)`: the window's metrics.observer, or None."""
     batches = fetch(trainer, epoch_iterator, num_batches)
-    return (batches, Window(batches, *rule)) if batches else (batches, None)
+    if not batches:
+        return batches, None
+    return batches, Window(batches, *rule, observe=observer(num_batches) if observer else None)
 
 
 def fetch(trainer, epoch_iterator, num_batches):

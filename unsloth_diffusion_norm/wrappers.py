@@ -62,6 +62,12 @@ def prediction_arguments(model, inputs, *_, **__):
     return model, inputs
 
 
+def evaluation_loop_arguments(
+    dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval", *_, **__
+):
+    return metric_key_prefix
+
+
 def prepare_arguments(model, inputs, args, *_, **__):
     return model, inputs, args
 

@@ -71,10 +71,10 @@ def test_a_fixed_evaluation_is_the_oracles_loss_with_the_keyed_masks_realized(ar
 def test_k_draws_are_the_mean_of_k_keyed_draws_one_forward_each(arms):
     run = arms["fixed"][0]
     run.trainer.args.diffusion_eval_draws = 3
-    forwards = []
+    forwards, metrics = [], {}
     handle = run.trainer.model.register_forward_hook(lambda *_: forwards.append(1))
     try:
-        loss, seen = experiment.evaluate(run.trainer, seed=None)
+        loss, seen = experiment.evaluate(run.trainer, seed=None, metrics=metrics)
     finally:
         handle.remove()
         run.trainer.args.diffusion_eval_draws = 1
@@ -85,6 +85,12 @@ def test_k_draws_are_the_mean_of_k_keyed_draws_one_forward_each(arms):
     assert abs(loss - expected) <= oracle.tolerance(expected)
     single = judging.expected_fixed_evaluation_loss(run.reference_model, [draws[:1] for draws in keyed])
     assert abs(loss - single) > 100 * oracle.tolerance(single)  # three draws, not the first one thrice
+    # How far the eval loss moves between the draws, and the standard error of their mean, logged with it
+    spread, error = judging.expected_draw_spread(run.reference_model, keyed)
+    assert spread > 0 and abs(metrics["eval_loss_draw_std"] - spread) <= oracle.tolerance(spread)
+    assert abs(metrics["eval_loss_stderr"] - error) <= oracle.tolerance(error)
+    # one draw: no spread to give
+    assert "eval_loss_draw_std" not in run.trainer.evaluate()
 
 
 def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):

@@ -1,6 +1,7 @@
 """The plugin inside real training scripts: argument parsers, streaming data, clipping, bf16, logging,
 epochs, resume, the off switch, a broken installation - each judged the way a user would meet it."""
 
+import importlib.util
 import json
 import os
 import re
@@ -355,7 +356,7 @@ def workdir(tmp_path_factory):
     return where
 
 
-def _example(workdir, output, *argv):
+def _example(workdir, output, *argv, last=()):
     done = subprocess.run(
         [
             sys.executable,
@@ -368,6 +369,7 @@ def _example(workdir, output, *argv):
             "--output_dir",
             output,
             *TWO_STEPS,
+            *last,  # (after TWO_STEPS: the command line's last value of an option wins)
         ],
         capture_output=True,
         text=True,
@@ -387,6 +389,8 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     # example, on the data's one split). Parsing the command line alone: test_flags_parse_from_the_command_line.
     evaluation = ["--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split", "train"]
     keyed = ["--diffusion_eval_noise", "fixed", "--diffusion_eval_draws", "2"]
+    # watched in TensorBoard where it is installed (make test's environment; the release legs leave it out)
+    tensorboard = importlib.util.find_spec("tensorboard") is not None
     out, steps, losses = _example(
         workdir,
         "from-yaml",
@@ -396,6 +400,7 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
         "window",
         *evaluation,
         *keyed,
+        last=["--report_to", "tensorboard"] if tensorboard else [],
     )
     assert f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out
     assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
@@ -403,3 +408,14 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
     state = json.loads((workdir / "from-yaml" / "trainer_state.json").read_text())
     assert len([entry for entry in state["log_history"] if "eval_loss" in entry]) == 2
+    # the window's metrics reach the Trainer's log, and so trainer_state.json, at every logged step
+    train = [entry for entry in state["log_history"] if "loss" in entry]
+    assert all(set(oracle.METRIC_NAMES) <= set(entry) for entry in train), train
+    if tensorboard:  # the event file TensorBoard shows, read with its own reader: each metric at both steps
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        (events,) = (workdir / "from-yaml" / "runs").iterdir()
+        board = EventAccumulator(str(events)).Reload()
+        for name in oracle.METRIC_NAMES:
+            seen = [(e.step, e.value) for e in board.Scalars(f"train/{name}")]
+            assert seen == [(entry["step"], pytest.approx(entry[name])) for entry in train], name

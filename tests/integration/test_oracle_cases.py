@@ -216,3 +216,20 @@ def full_training_windows_2_2_1_with_evaluation_parity(device="cpu"):
     with unsloth_diffusion_norm.unpatched():
         theirs, _ = experiment.evaluate(trainer)
     assert ours == theirs
+
+
+def test_the_window_metrics_are_logged_as_the_oracle_computes_them_and_change_nothing(plugin, trainer_stack):
+    """The window's masked tokens, its noise levels' mean and spread and the moved share, in the Trainer's log
+    at every step (the last window partial: one micro-batch of three), each against the oracle's from the
+    replayed masks; with diffusion_metrics=False none is logged and the run is bitwise the same."""
+    spec = dict(examples=fixtures.mixed_answers(14), batch_size=2, gradient_accumulation_steps=3, seed=3)
+    on = experiment.train(**spec)
+    verdicts = [judge(on, window) for window in on.windows]
+    assert len(verdicts) == 3 and all(v.ok and v.metrics_error is not None for v in verdicts), verdicts
+    assert on.windows[-1].logs["moved_weight_share"] == 0.0  # one micro-batch: nothing can move
+    off = experiment.train(**spec, diffusion_metrics=False)
+    assert not any(name in window.logs for window in off.windows for name in oracle.METRIC_NAMES)
+    for ours, theirs in zip(on.windows, off.windows):
+        assert ours.logged_loss == theirs.logged_loss
+        for name in ours.params_after:
+            assert torch.equal(ours.params_after[name], theirs.params_after[name]), name

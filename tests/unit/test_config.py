@@ -168,7 +168,7 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
         assert line.endswith(
             "opt-ins per run: diffusion_loss_normalization='window' or 'microbatch', diffusion_noise='global' or "
             "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_t_sampler='stratified', "
-            "diffusion_complementary_masks=True"
+            "diffusion_complementary_masks=True, diffusion_metrics=False"
         )
 
 

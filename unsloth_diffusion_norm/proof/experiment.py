@@ -41,6 +41,7 @@ class WindowRecord:
     grads: dict = None
     params_after: dict = None
     logged_loss: float = None
+    logs: dict = None  # what the Trainer logged at this window's step (logging_steps=1)
 
 
 @dataclass
@@ -120,6 +121,7 @@ def _recorder(run, gathered):
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs and run.windows:
                 run.windows[-1].logged_loss = logs["loss"]
+                run.windows[-1].logs = dict(logs)
 
     return Recorder()
 
@@ -299,9 +301,10 @@ def _record_fetched_windows(trainer, run):
         object.__setattr__(trainer.diffusion_profile, "prepare_batch", prepare_batch)
 
 
-def evaluate(trainer, seed=1234):
+def evaluate(trainer, seed=1234, metrics=None):
     """trainer.evaluate() from a fixed RNG state (`seed`; None: from where the run's RNG is); returns (eval_loss, [(rng state, clean inputs)] of each
-    evaluation step, seen through a pass-through view of prediction_step)."""
+    evaluation step, seen through a pass-through view of prediction_step). `metrics`: a dict that gets all of
+    evaluate()'s metrics."""
     seen = []
     own = trainer.__dict__.get("prediction_step")  # a trainer's own patch (2026.10.7+), kept under the view
     predict = trainer.prediction_step
@@ -314,7 +317,10 @@ def evaluate(trainer, seed=1234):
     try:
         if seed is not None:
             torch.manual_seed(seed)
-        loss = trainer.evaluate()["eval_loss"]
+        found = trainer.evaluate()
+        loss = found["eval_loss"]
+        if metrics is not None:
+            metrics.update(found)
     finally:
         if own is None:
             del trainer.prediction_step

@@ -20,6 +20,7 @@ class Verdict:
     grad_error: float
     param_error: float
     worst: float
+    metrics_error: float = None  # the largest |logged - oracle| of the window's metrics (None: none logged)
 
     @property
     def ok(self):
@@ -102,8 +103,33 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
     if record.logged_loss is not None:
         loss_error = abs(record.logged_loss - reference.loss)
         ratios.append(loss_error / oracle.tolerance(reference.loss, precision))
+    metrics_error = None
+    logs = record.logs or {}
+    if any(name in logs for name in oracle.METRIC_NAMES):  # the window's metrics, where the run logs them
+        # (a rank-local count: the metrics are this rank's own window's, as its count is)
+        seen = (
+            [
+                oracle.replay_noise(
+                    record.batches, record.rng_state, settings.eps, settings.eos_id, settings.complementary
+                )
+            ]
+            if rank_local
+            else masks
+        )
+        expected = oracle.window_metrics(seen)
+        errors = {name: abs(logs[name] - value) for name, value in expected.items()}  # a missing one: KeyError
+        metrics_error = max(errors.values())
+        # Computed from exact counts and fp32 levels, whatever the run's precision: the fp32 tolerance.
+        ratios += [error / oracle.tolerance(expected[name]) for name, error in errors.items()]
     return Verdict(
-        reference.loss, record.logged_loss, reference.counts, loss_error, grad_error, param_error, max(ratios)
+        reference.loss,
+        record.logged_loss,
+        reference.counts,
+        loss_error,
+        grad_error,
+        param_error,
+        max(ratios),
+        metrics_error,
     )
 
 
@@ -151,6 +177,17 @@ def keyed_evaluation(seen, seed, draws=1, world_size=1, rank=0, batch_size=1):
         rows = batch["input_ids"].shape[0]
         keyed.append([{**batch, "keys": [eval_key(seed, first + j, k) for j in range(rows)]} for k in range(draws)])
     return keyed
+
+
+def expected_draw_spread(model, keyed, settings=None):
+    """The oracle's (standard deviation between the K draws' eval losses, standard error of their mean): each
+    draw k's eval loss is expected_fixed_evaluation_loss of that draw alone."""
+    per_draw = [
+        expected_fixed_evaluation_loss(model, [[draws[k]] for draws in keyed], settings) for k in range(len(keyed[0]))
+    ]
+    mean = sum(per_draw) / len(per_draw)
+    spread = (sum((loss - mean) ** 2 for loss in per_draw) / (len(per_draw) - 1)) ** 0.5
+    return spread, spread / len(per_draw) ** 0.5
 
 
 def expected_fixed_evaluation_loss(model, keyed, settings=None):

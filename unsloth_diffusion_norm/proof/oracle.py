@@ -250,3 +250,20 @@ def evaluation_losses(model, masks, mask_id, inverse_t=True):
     """Evaluation keeps the single-batch denominator: each micro-batch by its own masked count."""
     with torch.no_grad():
         return [window_loss(model, [m], mask_id, inverse_t)[0].item() for m in masks]
+
+
+METRIC_NAMES = ("window_masked_tokens", "noise_level_mean", "noise_level_std", "moved_weight_share")
+
+
+def window_metrics(masks_by_rank):
+    """What a run logs of one window, from its replayed masks (every data-parallel rank's micro-batches): its
+    masked tokens, the mean and population standard deviation of its rows' mask probabilities, and the share
+    of its loss weight per-micro-batch normalization moves, 1/2 sum |1/n - N_g / sum N| over its n micro-batches
+    (0 where nothing is masked). Plain Python over the masks: no code of the plugin's."""
+    counts = [int(m.masked.sum()) for masks in masks_by_rank for m in masks]
+    levels = [float(level) for masks in masks_by_rank for m in masks for level in m.p_mask[:, 0]]
+    total = sum(counts)
+    mean = sum(levels) / len(levels)
+    moved = 0.5 * sum(abs(1 / len(counts) - count / total) for count in counts) if total else 0.0
+    spread = (sum((level - mean) ** 2 for level in levels) / len(levels)) ** 0.5
+    return dict(zip(METRIC_NAMES, (float(total), mean, spread, moved)))

@@ -43,9 +43,15 @@ class RankResult:
     eval_training_difference: float = None
     eval_training_difference_unset: float = None
     eval_positions_ok: bool = None
+    # The same case with two keyed draws per example: the logged spread between them, and the oracle's.
+    eval_spread: float = None
+    eval_spread_reference: float = None
     resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
     checkpoint: list = None  # the files of the checkpoint a run resumed from
     noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
+    # The largest |logged - oracle| of the windows' metrics (metrics.py) over the windows that logged them; None:
+    # no window did. Within tolerance, as `worst` says.
+    metrics_error: float = None
     sample_masks: dict = None  # per-sample noise: generator seed -> (own tokens, masked)
     engine: str = None  # engines.ENGINES name; None: DDP
     engine_on: bool = None  # the engine really wraps and shards the model
@@ -214,6 +220,7 @@ def _judged(run, seen, rank, rank_local, complementary=False):
             else None
         ),
         logged_loss=[w.logged_loss for w in run.windows],
+        metrics_error=max((v.metrics_error for v in verdicts if v.metrics_error is not None), default=None),
         reference_loss=[v.reference_loss for v in verdicts],
         grad_error=max(v.grad_error for v in verdicts),
         param_error=max(v.param_error for v in verdicts),
@@ -252,6 +259,29 @@ def _judge_evaluation(result, run, world, batches, expected_loss):
     result.worst = max(result.worst, error)
 
 
+def _judge_draw_spread(result, case, run, world, rank):
+    """Two keyed draws per example: the spread between the draws' eval losses, over every rank's batches,
+    against the oracle's; its error joins result.worst."""
+    import torch.distributed as dist
+
+    from . import experiment, judging, oracle
+
+    trainer, found = run.trainer, {}
+    trainer.args.diffusion_eval_draws = 2
+    try:
+        _, seen = experiment.evaluate(trainer, seed=None, metrics=found)
+    finally:
+        trainer.args.diffusion_eval_draws = 1
+    everyone = [None] * world
+    dist.all_gather_object(everyone, judging.keyed_evaluation(seen, case.seed, draws=2, world_size=world, rank=rank))
+    result.eval_spread = found["eval_loss_draw_std"]
+    result.eval_spread_reference, _ = judging.expected_draw_spread(
+        run.reference_model, [batch for batches in everyone for batch in batches]
+    )
+    error = abs(result.eval_spread - result.eval_spread_reference)
+    result.worst = max(result.worst, error / oracle.tolerance(result.eval_spread_reference))
+
+
 def _fixed_evaluation(result, case, settings, run, world):
     """A keyed evaluation on every rank: twice on the same weights, against the oracle over all ranks' keyed
     batches, its examples' positions; and the training with and without evaluating, the field set and unset."""
@@ -268,6 +298,7 @@ def _fixed_evaluation(result, case, settings, run, world):
     )
     keyed = judging.keyed_evaluation(seen, case.seed, world_size=world, rank=rank)
     _judge_evaluation(result, run, world, keyed, judging.expected_fixed_evaluation_loss)
+    _judge_draw_spread(result, case, run, world, rank)
     trainer.args.diffusion_eval_noise = None  # the same weights, the release's own draws
     try:
         result.eval_unpatched, _ = experiment.evaluate(trainer, EVAL_SEED)

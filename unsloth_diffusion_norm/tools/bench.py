@@ -99,12 +99,14 @@ def variants(mode):
         return [  # (the release is window-normalized itself; the plugin's default moves the draws)
             ("native, unpatched (Unsloth's own)", False, {}),
             ("native + plugin (resume-exact draws)", True, {}),
+            ("native + plugin, diffusion_metrics=False", True, {"diffusion_metrics": False}),  # what logging costs
             ("native + plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
             ("native + plugin + complementary masks", True, {"diffusion_complementary_masks": True}),
         ]
     return [
         ("unpatched", False, {}),
         ("plugin", True, {}),
+        ("plugin, diffusion_metrics=False", True, {"diffusion_metrics": False}),  # what the metrics cost
         ("plugin + diffusion_noise='per_sample'", True, {"diffusion_noise": "per_sample"}),
         ("plugin + complementary masks", True, {"diffusion_complementary_masks": True}),  # a doubled batch
     ]
