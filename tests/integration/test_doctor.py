@@ -56,7 +56,11 @@ def test_the_verdict_names_what_the_release_still_gets_wrong_and_what_the_plugin
 def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows_why(tmp_path):
     env = {**os.environ, **fixtures.CPU_ENVIRONMENT, "UNSLOTH_DIFFUSION_NORM": "0"}
     run_config = tmp_path / "train.yaml"
-    run_config.write_text("diffusion_loss_normalization: window\n")  # a field the switched-off plugin cannot honour
+    # a field the switched-off plugin cannot honour, in a run that is affected without it (two micro-batches a step;
+    # at Trainer's default batch 8 x GA 1 one micro-batch per step is right either way, and the check passes)
+    run_config.write_text(
+        "diffusion_loss_normalization: window\nper_device_train_batch_size: 1\ngradient_accumulation_steps: 2\n"
+    )
     done = subprocess.run(
         [sys.executable, "-m", "unsloth_diffusion_norm.tools.cli", "doctor", "--json", "--config", str(run_config)],
         capture_output=True,
@@ -73,6 +77,8 @@ def test_disabled_plugin_on_an_affected_release_exits_1_and_the_self_check_shows
         assert done.returncode == 1 and not report["self_check"]["passed"]
         assert report["self_check"]["worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
     assert "the plugin is disabled, so nothing fixes that." in report["verdict"]
+    if MODE != registry.NATIVE:
+        assert "The run in the config (batch 1 x GA 2 per process) is affected" in report["verdict"]
     assert report["fields"] == {"diffusion_loss_normalization": "window"}
     assert report["verdict"].endswith("with the plugin turned off a DiffusionTrainer refuses them at construction.")
 

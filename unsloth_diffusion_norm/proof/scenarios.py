@@ -167,6 +167,7 @@ def _take_logged_means(runs, scenario):
         if window.logged_loss is not None:
             found[i] = (window.logged_loss, k)
             window.logged_loss = None
+            window.logs = None  # (its metrics too are means over the k windows)
     return found
 
 
