@@ -62,20 +62,15 @@ def observer(trainer, upstream=False):
     collective where the count is rank-local). None where the run turned them off (diffusion_metrics=False)."""
     if not config.METRICS.of(trainer.args):
         return None
-    args, accelerator = trainer.args, trainer.accelerator
-    replicas, _ = window.counting_rule(
-        args.average_tokens_across_devices,
-        args.world_size,
-        accelerator.num_processes,
-        getattr(accelerator, "parallelism_config", None),
-        upstream,
-    )
+    accelerator = trainer.accelerator
+    replicas, _ = window.trainer_counting(trainer, upstream)
 
     def observer_of(slots):
         def observe(noises, counts):
             local = summary(noises, counts, slots)[None]
             if replicas is None:
-                return counts.sum(), of(local, slots, counts.sum())
+                count = counts.sum()
+                return count, of(local, slots, count)
             everyone = accelerator.gather(local)
             count = (everyone[:, :slots].clamp_min(0).sum() // replicas).to(counts.dtype)
             return count, of(everyone, slots, count)

@@ -83,17 +83,23 @@ def fetch(trainer, epoch_iterator, num_batches):
     return batches
 
 
-def data_parallel_rule(trainer, upstream=False):
-    """(reduce_count, loss_scale) for this trainer: `counting_rule` bound to its accelerator. `upstream`:
-    for the native opt-in path, which keeps upstream's compute_loss and so must keep its count."""
+def trainer_counting(trainer, upstream=False):
+    """`counting_rule`'s (replicas, loss_scale) for this trainer's arguments and accelerator."""
     args, accelerator = trainer.args, trainer.accelerator
-    replicas, loss_scale = counting_rule(
+    return counting_rule(
         args.average_tokens_across_devices,
         args.world_size,
         accelerator.num_processes,
         getattr(accelerator, "parallelism_config", None),
         upstream,
     )
+
+
+def data_parallel_rule(trainer, upstream=False):
+    """(reduce_count, loss_scale) for this trainer: `counting_rule` bound to its accelerator. `upstream`:
+    for the native opt-in path, which keeps upstream's compute_loss and so must keep its count."""
+    accelerator = trainer.accelerator
+    replicas, loss_scale = trainer_counting(trainer, upstream)
     if replicas is None:
         return (lambda count: count), loss_scale
     # One collective per window: every rank's local count, gathered once when the noise is drawn.

@@ -92,13 +92,14 @@ SHAPE = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
 def run_shape(path):
     """{setting: value} of a training config's rows per micro-batch and micro-batches per step (Trainer's
     default for a setting it leaves out); one line (exit 2) for a value no run could have."""
-    from .impact.settings import Unusable, load_config
+    from .impact.settings import Settings, Unusable, load_config
 
     found = load_config(path)
     shape = {name: found.get(name, default) for name, default in SHAPE.items()}
-    for name, value in shape.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise Unusable(f"{path}: {name} must be a whole number of at least 1, not {value!r}")
+    try:  # impact's check of the same two settings, in its words
+        Settings(**shape).check()
+    except Unusable as error:
+        raise Unusable(f"{path}: {error}") from None
     return shape
 
 

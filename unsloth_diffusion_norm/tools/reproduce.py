@@ -8,34 +8,27 @@ from ..registry import NATIVE, PATCHED
 EXAMPLES = [fixtures.Example([10, 11, 12], fixtures.LONG), fixtures.Example([13, 14, 15], fixtures.LONG)]
 
 
-def measure(
-    seed, model=None, device="cpu", normalization=None, batch_size=1, gradient_accumulation_steps=2, **settings
-):
+def measure(seed, model=None, device="cpu", normalization=None, **settings):
     """The self-check window on the tiny model, or on `model` (an own_model.OwnModel: a user's architecture),
-    trained on `device` at a run's shape (rows per micro-batch, micro-batches per step); `settings`: the run's
-    DiffusionConfig flags, `normalization`: the oracle's, when not the objective of the model's family."""
+    trained on `device`; `settings`: the run's DiffusionConfig flags and shape (`batch_size`,
+    `gradient_accumulation_steps`: experiment.Setup's, 1 x 2 by default), `normalization`: the oracle's, when
+    not the objective of the model's family."""
     pairs = bool(settings.get("diffusion_complementary_masks"))  # the oracle builds each row's partner
-    shape = {"batch_size": batch_size, "gradient_accumulation_steps": gradient_accumulation_steps}
     if model is None:
-        run = experiment.train(window_of(EXAMPLES, **shape), seed=seed, device=device, **shape, **settings)
+        run = experiment.train(window_of(EXAMPLES, settings), seed=seed, device=device, **settings)
         return judging.judge(run, run.windows[0], judging.OracleSettings(complementary=pairs))
-    return judge_copy(train_copy(seed, model, device, **shape, **settings), model, normalization, pairs)
+    return judge_copy(train_copy(seed, model, device, **settings), model, normalization, pairs)
 
 
-def window_of(examples, batch_size=1, gradient_accumulation_steps=2):
-    """One optimizer step's rows at a run's shape: the examples in turn (the default shape: each once)."""
-    return [examples[i % len(examples)] for i in range(batch_size * gradient_accumulation_steps)]
+def window_of(examples, settings):
+    """One optimizer step's rows at the run's shape in `settings`: the examples in turn (1 x 2: each once)."""
+    setup = experiment.Setup.of(**settings)
+    return [examples[i % len(examples)] for i in range(setup.batch_size * setup.gradient_accumulation_steps)]
 
 
-def train_copy(seed, model, device="cpu", batch_size=1, gradient_accumulation_steps=2, **settings):
-    shape = {"batch_size": batch_size, "gradient_accumulation_steps": gradient_accumulation_steps}
+def train_copy(seed, model, device="cpu", **settings):
     return experiment.train(
-        window_of(model.examples, **shape),
-        seed=seed,
-        checkpoint=model.checkpoint,
-        device=device,
-        **shape,
-        **settings,
+        window_of(model.examples, settings), seed=seed, checkpoint=model.checkpoint, device=device, **settings
     )
 
 
