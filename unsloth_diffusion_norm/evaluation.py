@@ -72,8 +72,8 @@ class EvalOrder:
         self.rows += rows
 
     def spread(self, accelerator):
-        """(standard deviation between the draws' eval losses, standard error of their mean, the eval loss) over
-        every rank's batches (one gather); None for one draw. Each draw k's eval loss is the rows-weighted mean
+        """(standard deviation between the draws' eval losses, standard error of their mean) over every rank's
+        batches (one gather); None for one draw. Each draw k's eval loss is the rows-weighted mean
         of its batch losses over the eval set, so the K draws are K replicates of the whole evaluation."""
         if self.draw_sums is None or len(self.draw_sums) < 2:
             return None
@@ -92,7 +92,7 @@ def mean_of_draws(inputs, loss_of):
     clean = {name: value for name, value in inputs.items() if name != EVAL}
     draws = inputs[EVAL]
     results = [loss_of(clean, keys) for keys in draws]
-    if isinstance(draws, Keyed):  # for the spread between draws (EvalOrder.spread)
+    if isinstance(draws, Keyed) and len(results) > 1:  # for the spread between draws (EvalOrder.spread)
         draws.losses = torch.stack([torch.as_tensor(r[0]).detach().reshape(()).double() for r in results])
     if len(results) == 1:
         return results[0]
