@@ -38,6 +38,7 @@ class Flag:
     help: str
     applies: str
     at_default: object
+    unit: str = "draws"  # COUNT: what it counts, as its error names it
 
     def gives(self, mode):
         """What a run gets at the default in this mode ('patched' or 'native')."""
@@ -69,7 +70,8 @@ class Flag:
         if self.kind == COUNT:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(
-                    f"{PREFIX}{self.name} must be a whole number of draws, 1 or more (default 1), got {value!r}."
+                    f"{PREFIX}{self.name} must be a whole number of {self.unit}, 1 or more "
+                    f"(default {self.default}), got {value!r}."
                 )
             return value
         if value not in self.choices:
@@ -98,7 +100,7 @@ class Flag:
 
     def other_values(self):
         """Its values besides the default, as a user writes them."""
-        return ("K",) if self.kind == COUNT else tuple(repr(value) for value in self.choices)
+        return ({"draws": "K"}.get(self.unit, "B"),) if self.kind == COUNT else tuple(repr(v) for v in self.choices)
 
 
 EVERY_RELEASE = "2026.10.4 and later"
@@ -200,12 +202,26 @@ METRICS = Flag(
     "(window_masked_tokens), the mean and spread of its examples' noise levels (noise_level_mean, "
     "noise_level_std: the mask probability (1-eps)·t + eps) and the share of its loss weight per-micro-batch "
     "normalization would move (moved_weight_share), global across data-parallel ranks that share the count; "
-    "computed from the drawn masks, so training is bitwise the same. False: none of them.",
-    f"{EVERY_RELEASE}; {MASKED_PROFILES}; where the plugin draws the window's noise (window normalization on "
-    "2026.10.4-.6, diffusion_noise='global' on 2026.10.7+)",
-    "the window's metrics logged",
+    "computed from the drawn masks, so training is bitwise the same; and with diffusion_eval_noise='fixed', "
+    "each evaluation's masked-token accuracy (eval_masked_token_accuracy) and its masked CE by noise level "
+    "(diffusion_eval_buckets), global across ranks. False: none of them.",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}; training: where the plugin draws the window's noise (window "
+    "normalization on 2026.10.4-.6, diffusion_noise='global' on 2026.10.7+); evaluation: where it is keyed",
+    "the window's metrics logged (and keyed evaluation's accuracy and masked CE by noise level)",
 )
-FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, T_SAMPLER, COMPLEMENTARY, METRICS)
+EVAL_BUCKETS = Flag(
+    "diffusion_eval_buckets",
+    COUNT,
+    (),
+    5,
+    "With diffusion_eval_noise='fixed' and diffusion_metrics on: the number of equal noise-level buckets "
+    "[k/B, (k+1)/B) of the mask probability in which an evaluation's masked-token cross-entropy is also given "
+    "(eval_masked_ce_noise_<low>-<high>), each example's draws in the same bucket at every evaluation. Default 5.",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}; B other than 5 with diffusion_eval_noise='fixed' only",
+    "five noise-level buckets where evaluation is keyed",
+    unit="buckets",
+)
+FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, EVAL_BUCKETS, T_SAMPLER, COMPLEMENTARY, METRICS)
 FIELDS = {flag.name: flag for flag in FLAGS}
 
 # The flags as DiffusionConfig fields: what config_patches adds to the release's dataclass. The annotations are the
@@ -255,14 +271,19 @@ def defaults_line(mode):
 
 
 def check_together(args):
-    """The flags that only mean something together: K draws are keyed draws. (Stratified levels need per-sample
-    noise, which the model's config can ask for too: check_lower_variance, at the trainer.)"""
-    draws = EVAL_DRAWS.given(args)
-    if draws != 1 and EVAL_NOISE.given(args) != FIXED:
-        raise ValueError(
-            f"{PREFIX}{EVAL_DRAWS.name}={draws!r} averages keyed evaluation draws; "
-            f"set {EVAL_NOISE.name}='fixed' too, or leave {EVAL_DRAWS.name} at 1."
-        )
+    """The flags that only mean something together: K draws and B noise-level buckets are keyed evaluation's.
+    (Stratified levels need per-sample noise, which the model's config can ask for too: check_lower_variance, at
+    the trainer.)"""
+    for flag, what in (
+        (EVAL_DRAWS, "averages keyed evaluation draws"),
+        (EVAL_BUCKETS, "buckets keyed evaluation draws"),
+    ):
+        value = flag.given(args)
+        if value not in (None, flag.default) and EVAL_NOISE.given(args) != FIXED:
+            raise ValueError(
+                f"{PREFIX}{flag.name}={value!r} {what}; "
+                f"set {EVAL_NOISE.name}='fixed' too, or leave {flag.name} at {flag.default}."
+            )
 
 
 def check_lower_variance(args, profile, noise_mode, plugin_draws):

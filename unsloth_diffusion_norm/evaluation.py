@@ -4,7 +4,9 @@ The release evaluates with draws from the global RNG: two evaluations of the sam
 evaluation moves every training draw after it, so a seeded run trains another model when `eval_steps`
 changes. Here each evaluation example's noise level and per-token draws come from its own generators, keyed
 by (args.seed, the example's position in the eval set, the draw), and an evaluation leaves every global
-generator as it found it. `diffusion_eval_draws=K` averages K such draws per example, one forward each.
+generator as it found it. `diffusion_eval_draws=K` averages K such draws per example, one forward each. With the run's metrics on, each
+draw's forward is also scored (metrics.EvalScores): the evaluation's masked-token accuracy and its loss by
+noise level, stable from evaluation to evaluation as every bucket holds the same draws.
 
 Positions: accelerate deals evaluation batches round-robin as it deals training ones, so rank r's m-th batch
 of an evaluation is global batch m·W + r, and its row j sits at position (m·W + r)·B + j (B =
@@ -18,7 +20,7 @@ import sys
 
 import torch
 
-from . import config, per_sample, registry
+from . import config, metrics, per_sample, registry
 from .batch_keys import EVAL, UNSLOTH_PREPARED
 from .loss import check_weighting
 from .registry import Patch
@@ -32,12 +34,14 @@ def eval_key(seed, position, draw):
 
 
 class Keyed:
-    """An evaluation batch's draws, one list of row seeds per draw; `losses`: each draw's loss, once computed.
-    Not a list: Trainer's _prepare_inputs rebuilds lists, and the loss must fill in this very object."""
+    """An evaluation batch's draws, one list of row seeds per draw; `losses`: each draw's loss, once computed;
+    `scores`: the evaluation's metrics.EvalScores each draw's forward is scored into, or None. Not a list:
+    Trainer's _prepare_inputs rebuilds lists, and the loss must fill in this very object."""
 
-    def __init__(self, draws):
+    def __init__(self, draws, scores=None):
         self.draws = draws
         self.losses = None
+        self.scores = scores
 
     def __iter__(self):
         return iter(self.draws)
@@ -50,10 +54,11 @@ class EvalOrder:
     """Where the next evaluation batch of this rank sits in the eval set (one per evaluation loop), and each
     draw's loss over the batches so far."""
 
-    def __init__(self):
+    def __init__(self, scores=None):
         self.next_batch = 0
         self.draw_sums = None  # per draw: the sum over batches of rows x that draw's batch loss
         self.rows = 0
+        self.scores = scores  # metrics.EvalScores, where the run's metrics are on
 
     def tag(self, args, inputs, draws):
         """`inputs` with its rows' generator seeds under batch_keys.EVAL: `draws` lists of one seed per row."""
@@ -61,7 +66,7 @@ class EvalOrder:
         first = (self.next_batch * args.world_size + args.process_index) * args.per_device_eval_batch_size
         self.next_batch += 1
         keys = [[eval_key(args.seed, first + row, draw) for row in range(rows)] for draw in range(draws)]
-        return {**inputs, EVAL: Keyed(keys)}
+        return {**inputs, EVAL: Keyed(keys, self.scores)}
 
     def record(self, keyed, rows):
         """A batch's draws' losses, weighted by its rows as Trainer weights a batch's loss in the eval loss."""
@@ -71,34 +76,57 @@ class EvalOrder:
         self.draw_sums = weighted if self.draw_sums is None else self.draw_sums + weighted
         self.rows += rows
 
-    def spread(self, accelerator):
-        """(standard deviation between the draws' eval losses, standard error of their mean) over every rank's
-        batches (one gather); None for one draw. Each draw k's eval loss is the rows-weighted mean
-        of its batch losses over the eval set, so the K draws are K replicates of the whole evaluation."""
-        if self.draw_sums is None or len(self.draw_sums) < 2:
-            return None
-        rows = torch.tensor([float(self.rows)], dtype=torch.float64, device=self.draw_sums.device)
-        local = torch.cat([self.draw_sums, rows])
+    def finish(self, accelerator, draws, prefix):
+        """{name: float} the evaluation adds to its metrics, over every rank's batches (one gather): with `draws`
+        K > 1, the standard deviation between the draws' eval losses and the standard error of their mean (each
+        draw k's eval loss is the rows-weighted mean of its batch losses over the eval set, so the K draws are K
+        replicates of the whole evaluation); with scores, the accuracy and the masked CE by noise level."""
+        spread = draws > 1
+        if not spread and self.scores is None:
+            return {}
+        device = accelerator.device
+        parts = []
+        if spread:  # (a rank that evaluated nothing adds zeros, and still joins the gather)
+            sums = torch.zeros(draws, dtype=torch.float64, device=device) if self.draw_sums is None else self.draw_sums
+            parts += [sums.to(device), torch.tensor([float(self.rows)], dtype=torch.float64, device=device)]
+        if self.scores is not None:
+            parts.append(self.scores.vector(device).to(device))
+        local = torch.cat(parts)
         total = accelerator.gather(local[None]).sum(dim=0) if accelerator.num_processes > 1 else local
-        per_draw = total[:-1] / total[-1]
-        spread = per_draw.std()  # (the unbiased estimate: K replicates)
-        return float(spread), float(spread / len(per_draw) ** 0.5)
+        found = {}
+        if spread:
+            if total[draws] > 0:  # (no rows evaluated anywhere: no spread to give)
+                deviation = (total[:draws] / total[draws]).std()  # (the unbiased estimate: K replicates)
+                found[f"{prefix}_loss_draw_std"] = float(deviation)
+                found[f"{prefix}_loss_stderr"] = float(deviation / draws**0.5)
+            total = total[draws + 1 :]
+        if self.scores is not None:
+            found.update(self.scores.named(total, prefix))
+        return found
 
 
-def mean_of_draws(inputs, loss_of):
+def mean_of_draws(inputs, loss_of, model=None, score=None):
     """The release's (loss, outputs, metrics) of an evaluation batch, averaged over its keyed draws:
-    `loss_of(inputs, keys)` is called once per draw with the batch (its draws' seeds taken out) and that draw's
-    seeds (one forward each). One draw is returned as it is."""
+    `loss_of(inputs, keys)` gives (that result, the draw's noise), called once per draw with the batch (its draws'
+    seeds taken out) and that draw's seeds (one forward each). One draw is returned as it is. Where the batch's
+    Keyed carries scores, `score(scores, output, drawn)` scores each draw's forward output of `model`."""
     clean = {name: value for name, value in inputs.items() if name != EVAL}
     draws = inputs[EVAL]
-    results = [loss_of(clean, keys) for keys in draws]
-    if isinstance(draws, Keyed) and len(results) > 1:  # for the spread between draws (EvalOrder.spread)
+    scores = getattr(draws, "scores", None) if score is not None else None
+    results = []
+    for keys in draws:
+        with metrics.forward_output(model) if scores is not None else contextlib.nullcontext([None]) as seen:
+            result, drawn = loss_of(clean, keys)
+        if scores is not None:
+            score(scores, seen[0], drawn)
+        results.append(result)
+    if isinstance(draws, Keyed) and len(results) > 1:  # for the spread between draws (EvalOrder.finish)
         draws.losses = torch.stack([torch.as_tensor(r[0]).detach().reshape(()).double() for r in results])
     if len(results) == 1:
         return results[0]
-    losses, outputs, metrics = zip(*results)
-    names = dict.fromkeys(name for found in metrics for name in found or {})  # (a draw with nothing masked has fewer)
-    return _mean(losses), outputs[-1], {name: _mean([m[name] for m in metrics if name in m]) for name in names}
+    losses, outputs, said = zip(*results)
+    names = dict.fromkeys(name for found in said for name in found or {})  # (a draw with nothing masked has fewer)
+    return _mean(losses), outputs[-1], {name: _mean([m[name] for m in said if name in m]) for name in names}
 
 
 def patched_loss(release, profile, model, inputs, args, masked_loss):
@@ -110,9 +138,19 @@ def patched_loss(release, profile, model, inputs, args, masked_loss):
     def one_draw(clean, keys):
         drawn = release.draw(profile, model, clean, args, per_sample.Rows(keys))
         own = None if config.normalization_for(profile, args) != config.WINDOW else drawn.masked.sum()
-        return masked_loss(profile, model, drawn, args, own, release.masked_module)
+        return masked_loss(profile, model, drawn, args, own, release.masked_module), drawn
 
-    return mean_of_draws(inputs, one_draw)
+    return mean_of_draws(inputs, one_draw, model, scorer(release, profile, model, args))
+
+
+def scorer(release, profile, model, args):
+    """`score(scores, output, drawn)` for this release's loss: the head it fuses (the same lookup as its loss
+    makes; None where the forward returns logits) and the profile's shift."""
+    module = release.masked_module
+    head = None
+    if hasattr(module, "fusable_head"):
+        head = module.fusable_head(model, module.unwrap_diffusion_model(model))
+    return lambda scores, output, drawn: scores.add(output, head, drawn, profile.shift_logits)
 
 
 def _mean(values):
@@ -158,16 +196,17 @@ def _held_evaluation_loop(release, wrapped, trainer, pos, kwargs):
     if not _keyed_evaluation(release, trainer):
         return wrapped(*pos, **kwargs)
     kept = registry.per_trainer(trainer)
-    kept.eval_order = EvalOrder()  # each evaluation from position 0
+    args = trainer.args
+    buckets = config.EVAL_BUCKETS.of(args) if config.METRICS.of(args) else None
+    kept.eval_order = EvalOrder(None if buckets is None else metrics.EvalScores(buckets))  # each from position 0
     # Nothing drawn inside comes from a global RNG, and what the loop itself advances (the DataLoader's base
     # seed) is put back: the training draws after an evaluation are those of a run without it.
     try:
         with global_rng_held(trainer.args.device):
             output = wrapped(*pos, **kwargs)
-        found = kept.eval_order.spread(trainer.accelerator)
-        if found is not None:  # K draws: how far the eval loss moves between them, logged with it
-            prefix = evaluation_loop_arguments(*pos, **kwargs)
-            output.metrics[f"{prefix}_loss_draw_std"], output.metrics[f"{prefix}_loss_stderr"] = found
+        # K draws: how far the eval loss moves between them; the run's metrics: accuracy, masked CE by noise level
+        prefix = evaluation_loop_arguments(*pos, **kwargs)
+        output.metrics.update(kept.eval_order.finish(trainer.accelerator, config.EVAL_DRAWS.of(args), prefix))
         return output
     finally:
         kept.eval_order = None
@@ -217,8 +256,8 @@ def keyed_upstream_loss(release, wrapped, profile, pos, kwargs):
     model, inputs, args, _ = loss_arguments(*pos, **kwargs)
 
     def one_draw(clean, keys):
-        drawn = release.draw(profile, model, clean, args, per_sample.Rows(keys)).prepared()
-        call = replaced(pos, kwargs, 1, "inputs", {**clean, UNSLOTH_PREPARED: drawn})
-        return wrapped(*call[0], **call[1])
+        drawn = release.draw(profile, model, clean, args, per_sample.Rows(keys))
+        call = replaced(pos, kwargs, 1, "inputs", {**clean, UNSLOTH_PREPARED: drawn.prepared()})
+        return wrapped(*call[0], **call[1]), drawn
 
-    return mean_of_draws(inputs, one_draw)
+    return mean_of_draws(inputs, one_draw, model, scorer(release, profile, model, args))

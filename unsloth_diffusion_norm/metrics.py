@@ -1,13 +1,17 @@
 """What a window's draws say about the run, logged with the release's own metrics (so every `report_to`
 integration and trainer_state.json receive them): the window's masked tokens (the normalization's
 denominator), the mean and spread of the noise levels its examples drew, and the share of its loss weight
-that per-micro-batch normalization would have moved.
+that per-micro-batch normalization would have moved. And of a keyed evaluation (`EvalScores`): its masked-token
+accuracy and its loss in each noise-level bucket, read from the forward the release's loss already made.
 
 Computed from the drawn masks alone (no RNG, no forward), so observing never changes training. Where the
 window's count is summed across data-parallel ranks the quantities are global: each rank's part (`summary`)
 is gathered once, when the window's noise is drawn; where it is rank-local, so are they."""
 
+import contextlib
+
 import torch
+import torch.nn.functional as F
 
 from . import config, window
 
@@ -19,6 +23,8 @@ COUNT, LEVEL_MEAN, LEVEL_SPREAD, MOVED = (
     "moved_weight_share",
 )
 NAMES = (COUNT, LEVEL_MEAN, LEVEL_SPREAD, MOVED)
+ACCURACY = "masked_token_accuracy"  # evaluation's, after evaluate()'s prefix: eval_masked_token_accuracy
+CHUNK = 512  # masked tokens scored at a time: a chunk's fp32 logits are CHUNK x vocabulary
 ABSENT = -1.0  # a slot of the window this rank has no micro-batch in (the epoch's last window)
 
 
@@ -78,3 +84,86 @@ def observer(trainer, upstream=False):
         return observe
 
     return observer_of
+
+
+# --- a keyed evaluation's accuracy and masked CE by noise level ------------------------------------------------------
+
+
+def bucket_name(prefix, k, buckets):
+    """The logged name of bucket k of `buckets` equal noise-level buckets: eval_masked_ce_noise_0.2-0.4."""
+    return f"{prefix}_masked_ce_noise_{k / buckets:g}-{(k + 1) / buckets:g}"
+
+
+@contextlib.contextmanager
+def forward_output(model):
+    """[the model's last forward output] inside the block: a forward hook, removed on the way out, that only looks."""
+    seen = [None]
+
+    def hook(module, args, output):
+        seen[0] = output
+
+    handle = model.register_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def row_scores(output, head, drawn, shift):
+    """Per row of a drawn batch, float64: its masked tokens' cross-entropy sum, argmax hits, and masked tokens,
+    from the forward's output - its logits, or where the loss fused the head (`head` not None) the hidden states,
+    scored through the head CHUNK tokens at a time. `shift`: position i's output predicts token i + 1."""
+    scores = output.logits if hasattr(output, "logits") else output[0]
+    if shift:
+        scores = torch.cat([scores[:, :1], scores[:, :-1]], dim=1)
+    masked = drawn.masked
+    rows = masked.nonzero()[:, 0]
+    chosen, targets = scores[masked], drawn.input_ids[masked]
+    ce = torch.empty(len(targets), dtype=torch.float64, device=targets.device)
+    hits = torch.empty(len(targets), dtype=torch.float64, device=targets.device)
+    with torch.no_grad():
+        for start in range(0, len(targets), CHUNK):
+            part, wanted = chosen[start : start + CHUNK], targets[start : start + CHUNK]
+            logits = (part if head is None else F.linear(part, head.weight, head.bias)).float()
+            ce[start : start + CHUNK] = F.cross_entropy(logits, wanted, reduction="none").double()
+            hits[start : start + CHUNK] = (logits.argmax(dim=-1) == wanted).double()
+    zeros = torch.zeros(masked.shape[0], dtype=torch.float64, device=targets.device)
+    return zeros.index_add(0, rows, ce), zeros.index_add(0, rows, hits), masked.sum(dim=1).double()
+
+
+class EvalScores:
+    """An evaluation's keyed draws, scored: per noise-level bucket (of the row's mask probability p) the sum of
+    its rows' masked cross-entropy and their masked tokens; over every row the argmax hits and masked tokens. Kept
+    as one float64 vector, gathered once. (Unweighted, as the release's masked_ce: the 1/p weights would let a
+    bucket's lowest levels speak for it, and eval_loss is the weighted whole already.)"""
+
+    def __init__(self, buckets):
+        self.buckets = buckets
+        self.sums = None
+
+    def add(self, output, head, drawn, shift):
+        ce, hits, masked = row_scores(output, head, drawn, shift)
+        bucket = (drawn.p_mask[:, 0].double() * self.buckets).long().clamp(0, self.buckets - 1)
+        empty = torch.zeros(self.buckets, dtype=torch.float64, device=ce.device)
+        part = torch.cat(
+            [empty.index_add(0, bucket, ce), empty.index_add(0, bucket, masked), hits.sum()[None], masked.sum()[None]]
+        )
+        self.sums = part if self.sums is None else self.sums + part
+
+    def size(self):
+        return 2 * self.buckets + 2
+
+    def vector(self, device):
+        """This rank's sums (zeros where it scored nothing: every rank joins the one gather)."""
+        return torch.zeros(self.size(), dtype=torch.float64, device=device) if self.sums is None else self.sums
+
+    def named(self, total, prefix):
+        """{name: float} from every rank's summed vector: the accuracy, and the masked CE of each bucket that holds
+        a masked token (an empty bucket has nothing to give, and under keyed draws it is empty at every evaluation)."""
+        losses, counts = total[: self.buckets], total[self.buckets : 2 * self.buckets]
+        hits, masked = total[-2:]
+        found = {f"{prefix}_{ACCURACY}": float(hits / masked)} if masked > 0 else {}
+        for k in range(self.buckets):
+            if counts[k] > 0:
+                found[bucket_name(prefix, k, self.buckets)] = float(losses[k] / counts[k])
+        return found

@@ -91,6 +91,40 @@ def test_k_draws_are_the_mean_of_k_keyed_draws_one_forward_each(arms):
     assert abs(metrics["eval_loss_stderr"] - error) <= oracle.tolerance(error)
     # one draw: no spread to give
     assert "eval_loss_draw_std" not in run.trainer.evaluate()
+    # the accuracy and the masked CE by noise level, over all three draws of every example (12 rows, 5 buckets)
+    expected = judging.expected_evaluation_scores(run.reference_model, keyed)
+    assert len(expected) > 3 and judging.scores_error(metrics, expected) <= 1, (metrics, expected)
+
+
+def test_the_accuracy_and_loss_by_noise_level_are_the_oracles_and_hold_still(arms):
+    """Each evaluation's masked-token accuracy and its masked CE per noise-level bucket are the oracle's over the keyed
+    masks, the same at every evaluation (each bucket holds the same draws), B buckets as asked, none when the
+    run's metrics are off; and the oracle's figures with other buckets miss them (the check can fail)."""
+    run = arms["fixed"][0]
+    trainer, first, again = run.trainer, {}, {}
+    _, seen = experiment.evaluate(trainer, seed=None, metrics=first)
+    experiment.evaluate(trainer, seed=7, metrics=again)  # another global RNG state
+    run.reference_model.load_state_dict(trainer.model.state_dict())
+    keyed = judging.keyed_evaluation(seen, SEED)
+    expected = judging.expected_evaluation_scores(run.reference_model, keyed)
+    assert judging.scores_error(first, expected) <= 1 and {n: again[n] for n in expected} == {
+        n: first[n] for n in expected
+    }
+    assert "eval_masked_token_accuracy" in expected and 0 <= expected["eval_masked_token_accuracy"] <= 1
+    assert judging.scores_error(first, judging.expected_evaluation_scores(run.reference_model, keyed, buckets=4)) > 1
+    trainer.args.diffusion_eval_buckets, two = 2, {}
+    try:
+        experiment.evaluate(trainer, seed=None, metrics=two)
+    finally:
+        trainer.args.diffusion_eval_buckets = 5
+    assert judging.scores_error(two, judging.expected_evaluation_scores(run.reference_model, keyed, buckets=2)) <= 1
+    assert {n for n in two if "_masked_ce_noise_" in n} <= {"eval_masked_ce_noise_0-0.5", "eval_masked_ce_noise_0.5-1"}
+    trainer.args.diffusion_metrics, off = False, {}
+    try:
+        loss, _ = experiment.evaluate(trainer, seed=None, metrics=off)
+    finally:
+        trainer.args.diffusion_metrics = True
+    assert loss == first["eval_loss"] and not [n for n in off if "accuracy" in n or "_noise_" in n]
 
 
 def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):

@@ -407,7 +407,12 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     assert "diffusion_eval_noise='fixed'" in out
     assert steps == 2 and len(losses) == 2 and all(0 < loss < 1e3 for loss in losses)
     state = json.loads((workdir / "from-yaml" / "trainer_state.json").read_text())
-    assert len([entry for entry in state["log_history"] if "eval_loss" in entry]) == 2
+    evaluations = [entry for entry in state["log_history"] if "eval_loss" in entry]
+    assert len(evaluations) == 2
+    # keyed evaluation's accuracy, loss by noise level and spread between the two draws, at each evaluation
+    for entry in evaluations:
+        assert 0 <= entry["eval_masked_token_accuracy"] <= 1 and entry["eval_loss_draw_std"] >= 0, entry
+        assert any(name.startswith("eval_masked_ce_noise_") for name in entry), entry
     # the window's metrics reach the Trainer's log, and so trainer_state.json, at every logged step
     train = [entry for entry in state["log_history"] if "loss" in entry]
     assert all(set(oracle.METRIC_NAMES) <= set(entry) for entry in train), train
@@ -419,3 +424,5 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
         for name in oracle.METRIC_NAMES:
             seen = [(e.step, e.value) for e in board.Scalars(f"train/{name}")]
             assert seen == [(entry["step"], pytest.approx(entry[name])) for entry in train], name
+        seen = [(e.step, e.value) for e in board.Scalars("eval/masked_token_accuracy")]
+        assert seen == [(entry["step"], pytest.approx(entry["eval_masked_token_accuracy"])) for entry in evaluations]

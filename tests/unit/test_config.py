@@ -167,7 +167,8 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
         assert all(f"{flag.name}={flag.default!r}: {flag.gives(mode)}" in line for flag in config.FLAGS)
         assert line.endswith(
             "opt-ins per run: diffusion_loss_normalization='window' or 'microbatch', diffusion_noise='global' or "
-            "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_t_sampler='stratified', "
+            "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_eval_buckets=B, "
+            "diffusion_t_sampler='stratified', "
             "diffusion_complementary_masks=True, diffusion_metrics=False"
         )
 
@@ -191,3 +192,22 @@ def test_what_a_run_gets_by_default_is_said_per_mode_from_the_records():
     assert report.defaults(registry.DISABLED) == report.DISABLED_DEFAULTS
     for mode in (registry.PENDING, registry.UNPATCHED, registry.UNSUPPORTED, registry.BROKEN):
         assert report.defaults(mode) is None
+
+
+def test_a_bad_bucket_count_is_one_line_and_buckets_need_fixed_evaluation_noise():
+    import argparse
+
+    buckets = config.EVAL_BUCKETS.name
+    parse = config.argument_type(buckets)
+    assert parse("3") == 3 and parse("None") == 5 and config.EVAL_BUCKETS.of(SimpleNamespace()) == 5
+    for bad in ("0", "-4", "2.5", "many"):
+        with pytest.raises(argparse.ArgumentTypeError) as error:
+            parse(bad)
+        assert str(error.value).startswith(f"{buckets} must be a whole number of buckets, 1 or more (default 5), got ")
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match=rf"{buckets} must be a whole number of buckets"):
+            config.validate(bad, buckets)
+    with pytest.raises(ValueError, match=rf"{buckets}=3 buckets keyed evaluation draws; set diffusion_eval_noise="):
+        config.check_together(SimpleNamespace(**{buckets: 3}))
+    config.check_together(SimpleNamespace(**{buckets: 3, config.EVAL_NOISE.name: config.FIXED}))
+    config.check_together(SimpleNamespace(**{buckets: 5}))  # the default: nothing asked

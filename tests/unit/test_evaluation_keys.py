@@ -39,14 +39,14 @@ def test_k_draws_are_averaged_and_one_draw_is_the_release_s_result_itself():
         seen.append(keys)
         k = len(seen)
         metrics = {"masked_fraction": torch.tensor(0.1 * k)} | ({} if k == 2 else {"masked_ce": float(k)})
-        return torch.tensor(float(k)), f"outputs of draw {k}", metrics
+        return (torch.tensor(float(k)), f"outputs of draw {k}", metrics), None
 
     inputs = {"input_ids": torch.zeros(1, 2), batch_keys.EVAL: [[11], [12], [13]]}
     loss, outputs, metrics = evaluation.mean_of_draws(inputs, loss_of)
     assert seen == [[11], [12], [13]] and loss.item() == 2.0 and outputs == "outputs of draw 3"  # the last draw's
     assert torch.isclose(metrics["masked_fraction"], torch.tensor(0.2)) and metrics["masked_ce"] == 2.0  # (1 + 3) / 2
     single = (torch.tensor(1.5), None, {})
-    assert evaluation.mean_of_draws({batch_keys.EVAL: [[1]]}, lambda inputs, keys: single) is single
+    assert evaluation.mean_of_draws({batch_keys.EVAL: [[1]]}, lambda inputs, keys: (single, None)) is single
 
 
 def test_an_evaluation_leaves_every_global_rng_as_it_found_it():

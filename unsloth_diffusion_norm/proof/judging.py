@@ -190,6 +190,31 @@ def expected_draw_spread(model, keyed, settings=None):
     return spread, spread / len(per_draw) ** 0.5
 
 
+def expected_evaluation_scores(model, keyed, settings=None, buckets=5, prefix="eval"):
+    """{logged name: value} of a keyed evaluation's accuracy and masked CE by noise level, by the oracle over every
+    batch and draw of `keyed` (keyed_evaluation's). The names are spelled here from their documented pattern."""
+    settings = settings or OracleSettings()
+    masks = [
+        mask
+        for draws in keyed
+        for batch in draws
+        for mask in oracle.replay_noise([batch], torch.get_rng_state(), settings.eps, settings.eos_id)
+    ]
+    accuracy, losses = oracle.evaluation_scores(model, masks, settings.mask_id, settings.shift, buckets)
+    found = {} if accuracy is None else {f"{prefix}_masked_token_accuracy": accuracy}
+    found.update({f"{prefix}_masked_ce_noise_{k / buckets:g}-{(k + 1) / buckets:g}": ce for k, ce in losses.items()})
+    return found
+
+
+def scores_error(logged, expected):
+    """The largest error of the logged evaluation scores against the oracle's, in tolerances (a name logged or
+    expected on one side only: inf)."""
+    names = {name for name in logged if name.endswith("_masked_token_accuracy") or "_masked_ce_noise_" in name}
+    if names != set(expected):
+        return float("inf")
+    return max((abs(logged[n] - expected[n]) / oracle.tolerance(expected[n]) for n in names), default=0.0)
+
+
 def expected_fixed_evaluation_loss(model, keyed, settings=None):
     """The oracle's loss of a keyed evaluation: each batch, each draw, by the family's own normalization of one
     batch (Nemotron and Dream: its masked tokens; LLaDA: answer lengths); the mean over a batch's draws, then

@@ -252,6 +252,33 @@ def evaluation_losses(model, masks, mask_id, inverse_t=True):
         return [window_loss(model, [m], mask_id, inverse_t)[0].item() for m in masks]
 
 
+def evaluation_scores(model, masks, mask_id, shift=False, buckets=5):
+    """What a keyed evaluation logs beyond its loss, from the replayed masks of every batch and draw: the share
+    of masked tokens whose argmax logit is the token, and per noise-level bucket k (a row's p_mask in
+    [k/B, (k+1)/B), p = 1 in the last) the mean cross-entropy of its rows' masked tokens, unweighted.
+    (accuracy or None, {k: CE} of the buckets that hold a masked token). Full logits, one row at a time."""
+    hits = total = 0
+    sums, counts = [0.0] * buckets, [0] * buckets
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for m in masks:
+            for row in range(m.tokens.shape[0]):
+                tokens, masked = m.tokens[row : row + 1].to(device), m.masked[row : row + 1].to(device)
+                output = model(input_ids=torch.where(masked, mask_id, tokens))
+                logits = (output.logits if hasattr(output, "logits") else output[0]).float()
+                if shift:
+                    logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+                level = float(m.p_mask[row, 0])
+                k = min(int(level * buckets), buckets - 1)
+                chosen, targets = logits[masked], tokens[masked]
+                sums[k] += F.cross_entropy(chosen, targets, reduction="sum").item()
+                counts[k] += int(masked.sum())
+                hits += int((chosen.argmax(dim=-1) == targets).sum())
+                total += int(masked.sum())
+    losses = {k: sums[k] / counts[k] for k in range(buckets) if counts[k]}
+    return (hits / total if total else None), losses
+
+
 METRIC_NAMES = ("window_masked_tokens", "noise_level_mean", "noise_level_std", "moved_weight_share")
 
 

@@ -46,6 +46,9 @@ class RankResult:
     # The same case with two keyed draws per example: the logged spread between them, and the oracle's.
     eval_spread: float = None
     eval_spread_reference: float = None
+    # ... and its accuracy and masked CE by noise level, {name: value} logged and the oracle's over every rank's draws.
+    eval_scores: dict = None
+    eval_scores_reference: dict = None
     resume_difference: float = None  # max |param| between the resumed and the uninterrupted run
     checkpoint: list = None  # the files of the checkpoint a run resumed from
     noise_levels: list = None  # window -> micro-batch -> p_mask of each row, on this rank
@@ -260,8 +263,8 @@ def _judge_evaluation(result, run, world, batches, expected_loss):
 
 
 def _judge_draw_spread(result, case, run, world, rank):
-    """Two keyed draws per example: the spread between the draws' eval losses, over every rank's batches,
-    against the oracle's; its error joins result.worst."""
+    """Two keyed draws per example: the spread between the draws' eval losses, the masked-token accuracy and the
+    masked CE by noise level, over every rank's batches, against the oracle's; their errors join result.worst."""
     import torch.distributed as dist
 
     from . import experiment, judging, oracle
@@ -280,6 +283,10 @@ def _judge_draw_spread(result, case, run, world, rank):
     )
     error = abs(result.eval_spread - result.eval_spread_reference)
     result.worst = max(result.worst, error / oracle.tolerance(result.eval_spread_reference))
+    keyed = [batch for batches in everyone for batch in batches]
+    result.eval_scores_reference = judging.expected_evaluation_scores(run.reference_model, keyed)
+    result.eval_scores = {name: found[name] for name in found if name in result.eval_scores_reference}
+    result.worst = max(result.worst, judging.scores_error(found, result.eval_scores_reference))
 
 
 def _fixed_evaluation(result, case, settings, run, world):

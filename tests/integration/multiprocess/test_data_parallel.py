@@ -46,11 +46,14 @@ def test_the_window_metrics_are_judged_on_every_rank_where_the_plugin_draws_the_
 
 
 def test_the_spread_between_keyed_draws_is_over_every_ranks_batches(results):
-    """Two keyed draws per example on two ranks: the logged spread between the draws' eval losses is the
-    oracle's over both ranks' batches (held within `worst`), the same on both ranks."""
+    """Two keyed draws per example on two ranks: the logged spread between the draws' eval losses, the accuracy and
+    the masked CE by noise level are the oracle's over both ranks' batches (held within `worst`), the same on both."""
     rows = ranks_of(results, "fixed-eval-noise")
     assert all(row["eval_spread"] > 0 and row["eval_spread_reference"] > 0 for row in rows)
     assert rows[0]["eval_spread"] == rows[1]["eval_spread"] and all(row["worst"] <= 1 for row in rows)
+    # the accuracy and the masked CE by noise level too: global, the same on both ranks, the oracle's (within `worst`)
+    assert rows[0]["eval_scores"] == rows[1]["eval_scores"] and "eval_masked_token_accuracy" in rows[0]["eval_scores"]
+    assert set(rows[0]["eval_scores"]) == set(rows[0]["eval_scores_reference"])
 
 
 def test_counts_differ_between_ranks_and_micro_batches(results):
