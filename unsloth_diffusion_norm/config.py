@@ -100,7 +100,9 @@ class Flag:
 
     def other_values(self):
         """Its values besides the default, as a user writes them."""
-        return ({"draws": "K"}.get(self.unit, "B"),) if self.kind == COUNT else tuple(repr(v) for v in self.choices)
+        if self.kind == COUNT:
+            return ({"draws": "K", "buckets": "B", "samples": "N"}[self.unit],)
+        return tuple(repr(value) for value in self.choices)
 
 
 EVERY_RELEASE = "2026.10.4 and later"
@@ -221,7 +223,20 @@ EVAL_BUCKETS = Flag(
     "five noise-level buckets where evaluation is keyed",
     unit="buckets",
 )
-FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, EVAL_BUCKETS, T_SAMPLER, COMPLEMENTARY, METRICS)
+EVAL_SAMPLES = Flag(
+    "diffusion_eval_samples",
+    COUNT,
+    (),
+    None,
+    "N: at each evaluation, the first N examples of the eval set have their answers decoded from all-[MASK] by "
+    "greedy low-confidence remasking (32 steps at most), written to output_dir/diffusion_samples.jsonl with the "
+    "step and shown in TensorBoard's text tab (report_to='tensorboard'); it draws nothing and trains nothing, so "
+    "training is bitwise the same. Needs evaluation (eval_strategy other than 'no'). None (the default): none.",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}",
+    "no samples decoded",
+    unit="samples",
+)
+FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, EVAL_BUCKETS, T_SAMPLER, COMPLEMENTARY, METRICS, EVAL_SAMPLES)
 FIELDS = {flag.name: flag for flag in FLAGS}
 
 # The flags as DiffusionConfig fields: what config_patches adds to the release's dataclass. The annotations are the
@@ -284,6 +299,18 @@ def check_together(args):
                 f"{PREFIX}{flag.name}={value!r} {what}; "
                 f"set {EVAL_NOISE.name}='fixed' too, or leave {flag.name} at {flag.default}."
             )
+
+
+def check_samples(args):
+    """Samples are decoded at evaluations: a run that never evaluates would never show them."""
+    count = EVAL_SAMPLES.of(args)
+    strategy = getattr(args, "eval_strategy", None)
+    if count and getattr(strategy, "value", strategy) in ("no", None):
+        raise ValueError(
+            f"{PREFIX}{EVAL_SAMPLES.name}={count!r} decodes samples at each evaluation, and this run never "
+            f"evaluates (eval_strategy='no'); set eval_strategy to 'steps' or 'epoch' with an eval_dataset, "
+            f"or leave {EVAL_SAMPLES.name} at None."
+        )
 
 
 def check_lower_variance(args, profile, noise_mode, plugin_draws):

@@ -101,6 +101,7 @@ def check_flags(trainer, MaskedDiffusionProfile):
         config.validate(getattr(args, field, config.default(field)), field)
     config.check_together(args)
     if isinstance(profile, MaskedDiffusionProfile):
+        config.check_samples(args)
         return
     if config.normalization_for(profile, args) == config.WINDOW:
         raise ValueError(

@@ -4,7 +4,7 @@ classes are not touched beyond DiffusionConfig and DiffusionTrainer.__init__, an
 
 import dataclasses
 
-from . import batch_keys, config, construction, evaluation, metrics, noise, per_sample, registry, window
+from . import batch_keys, config, construction, evaluation, metrics, noise, per_sample, registry, samples, window
 from .registry import Patch
 from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, prepare_arguments, replaced, wrap, wrap_method
@@ -21,6 +21,7 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     patches = trainer_patches(release, trainer, mode)
     if patches:
         registry.apply_to_trainer(trainer, patches)
+    samples.attach(trainer)
     construction.say_noise(trainer, mode)
 
 

@@ -3,7 +3,7 @@ its own masked tokens: the window-normalized loss, the release's own noise and l
 the window's denominator (`window`), and keyed evaluation (`evaluation`). Class-level patches on Unsloth's own
 diffusion classes; each target wrapped once."""
 
-from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, window
+from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, samples, window
 from .registry import Patch
 from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, replaced, wrap
@@ -96,6 +96,7 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     config.check_lower_variance(
         trainer.args, trainer.diffusion_profile, mode, window.uses_window(trainer) or mode == config.PER_SAMPLE
     )
+    samples.attach(trainer)
     construction.say_noise(trainer, mode)
 
 

@@ -11,7 +11,7 @@ import torch
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.proof import experiment, judging, oracle
-from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers
+from unsloth_diffusion_norm.proof.fixtures import MASK_ID, Example, equal_answers
 
 MODE = unsloth_diffusion_norm.apply().mode
 SEED = 42
@@ -376,3 +376,30 @@ def test_native_keyed_evaluation_is_per_trainer(plugin):
     assert len(names) == len(set(names)), names  # each target once
     (loss,) = [patch for patch in patches if patch.name == "diffusion_profile.compute_loss"]
     assert "keyed evaluation draw" in loss.why and "first training step" in loss.why
+
+
+def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tmp_path):
+    """diffusion_eval_samples=2: at each evaluation the first two eval examples' answers, decoded by greedy
+    low-confidence remasking, are written to output_dir with the step - the last evaluation's the oracle's own
+    decode with the final weights, token for token; the run trains and evaluates bitwise as without them; asked
+    for with evaluation off, the trainer refuses at construction."""
+    import json
+
+    from unsloth_diffusion_norm import samples
+
+    gentle = {**EVERY_STEP, "learning_rate": 1e-3}  # (the model's answers still vary with their context)
+    sampled = _train(**gentle, output_dir=str(tmp_path), diffusion_eval_samples=2)
+    plain = _train(**gentle)
+    assert experiment.divergence(sampled, plain) == 0.0
+    evaluations = lambda run: [e["eval_loss"] for e in run.trainer.state.log_history if "eval_loss" in e]  # noqa: E731
+    assert evaluations(sampled) == evaluations(plain) and len(evaluations(plain)) == 4
+    lines = [json.loads(line) for line in (tmp_path / samples.FILE).read_text().splitlines()]
+    assert [(line["step"], line["index"]) for line in lines] == [(s, i) for s in (1, 2, 3, 4) for i in (0, 1)]
+    run = sampled
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    for line, example in zip(lines[-2:], HELD):
+        answer = len(example.answer) + 1  # (the EOS that closes it)
+        expected = oracle.low_confidence_decode(run.reference_model, example.prompt, answer, MASK_ID, samples.STEPS)
+        assert line["tokens"] == expected and len(expected) == answer and len(set(expected)) > 2, (line, expected)
+    with pytest.raises(ValueError, match="diffusion_eval_samples=2 decodes samples at each evaluation, and this run"):
+        _train(diffusion_eval_samples=2, eval_strategy="no")

@@ -388,7 +388,7 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     # overridden on the command line, which also sets the flags and keyed evaluation at every step (two draws per
     # example, on the data's one split). Parsing the command line alone: test_flags_parse_from_the_command_line.
     evaluation = ["--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split", "train"]
-    keyed = ["--diffusion_eval_noise", "fixed", "--diffusion_eval_draws", "2"]
+    keyed = ["--diffusion_eval_noise", "fixed", "--diffusion_eval_draws", "2", "--diffusion_eval_samples", "2"]
     # watched in TensorBoard where it is installed (make test's environment; the release legs leave it out)
     tensorboard = importlib.util.find_spec("tensorboard") is not None
     out, steps, losses = _example(
@@ -426,3 +426,12 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
             assert seen == [(entry["step"], pytest.approx(entry[name])) for entry in train], name
         seen = [(e.step, e.value) for e in board.Scalars("eval/masked_token_accuracy")]
         assert seen == [(entry["step"], pytest.approx(entry["eval_masked_token_accuracy"])) for entry in evaluations]
+        # the samples as a table in TensorBoard's text tab, at each evaluation
+        texts = board.Tensors("eval/samples/text_summary")
+        assert [e.step for e in texts] == [1, 2] and b"| # | prompt | sample | reference |" in texts[
+            0
+        ].tensor_proto.string_val[0]
+    # the samples file: the first two eval examples decoded at each evaluation, with the step
+    lines = [json.loads(line) for line in (workdir / "from-yaml" / "diffusion_samples.jsonl").read_text().splitlines()]
+    assert [(line["step"], line["index"]) for line in lines] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert all(line["reference"] and len(line["tokens"]) > 0 for line in lines)

@@ -169,7 +169,7 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
             "opt-ins per run: diffusion_loss_normalization='window' or 'microbatch', diffusion_noise='global' or "
             "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_eval_buckets=B, "
             "diffusion_t_sampler='stratified', "
-            "diffusion_complementary_masks=True, diffusion_metrics=False"
+            "diffusion_complementary_masks=True, diffusion_metrics=False, diffusion_eval_samples=N"
         )
 
 
@@ -211,3 +211,19 @@ def test_a_bad_bucket_count_is_one_line_and_buckets_need_fixed_evaluation_noise(
         config.check_together(SimpleNamespace(**{buckets: 3}))
     config.check_together(SimpleNamespace(**{buckets: 3, config.EVAL_NOISE.name: config.FIXED}))
     config.check_together(SimpleNamespace(**{buckets: 5}))  # the default: nothing asked
+
+
+def test_samples_take_a_count_of_one_or_more_and_need_a_run_that_evaluates():
+    import argparse
+
+    samples = config.EVAL_SAMPLES.name
+    parse = config.argument_type(samples)
+    assert parse("2") == 2 and parse("None") is None and config.EVAL_SAMPLES.of(SimpleNamespace()) is None
+    for bad in ("0", "-1", "some"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"{samples} must be a whole number of samples, 1 or more"):
+            parse(bad)
+    for strategy in ("no", SimpleNamespace(value="no")):  # (TrainingArguments holds an IntervalStrategy)
+        with pytest.raises(ValueError, match=rf"{samples}=3 decodes samples at each evaluation, and this run never"):
+            config.check_samples(SimpleNamespace(**{samples: 3, "eval_strategy": strategy}))
+    config.check_samples(SimpleNamespace(**{samples: 3, "eval_strategy": "steps"}))
+    config.check_samples(SimpleNamespace(eval_strategy="no"))  # none asked

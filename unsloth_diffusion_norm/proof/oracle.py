@@ -279,6 +279,30 @@ def evaluation_scores(model, masks, mask_id, shift=False, buckets=5):
     return (hits / total if total else None), losses
 
 
+def low_confidence_decode(model, prompt, length, mask_id, steps, shift=False):
+    """LLaDA's greedy low-confidence remasking, written from its paper and GUIDELINES (not from the plugin): the
+    answer starts all [MASK]; min(steps, length) steps unmask length // steps tokens each, one more in the first
+    length % steps; each step the model scores the sequence and the still-masked positions whose top softmax
+    probability is highest take their argmax token. The answer's token ids."""
+    steps = max(1, min(steps, length))
+    schedule = [length // steps + (1 if s < length % steps else 0) for s in range(steps)]
+    answer = [None] * length
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for take in schedule:
+            ids = list(prompt) + [mask_id if token is None else token for token in answer]
+            output = model(input_ids=torch.tensor([ids], device=device))
+            logits = (output.logits if hasattr(output, "logits") else output[0])[0].float()
+            if shift:
+                logits = torch.cat([logits[:1], logits[:-1]])
+            probabilities = F.softmax(logits, dim=-1)
+            open_positions = [i for i, token in enumerate(answer) if token is None]
+            ranked = sorted(open_positions, key=lambda i: -probabilities[len(prompt) + i].max().item())
+            for i in ranked[:take]:
+                answer[i] = int(probabilities[len(prompt) + i].argmax())
+    return answer
+
+
 METRIC_NAMES = ("window_masked_tokens", "noise_level_mean", "noise_level_std", "moved_weight_share")
 
 

@@ -1,0 +1,138 @@
+"""Samples at each evaluation (opt-in, `diffusion_eval_samples=N`): the first N examples of the eval set, their
+answers decoded from all-[MASK] by low-confidence remasking, written to `output_dir` and shown in TensorBoard.
+
+The decoder (`decode`) is greedy: at each of its steps the model scores the still-masked answer positions, and
+the most confident of them keep their argmax token, as many per step as LLaDA's schedule gives (the answer's
+length spread evenly over the steps, the remainder to the first). It draws nothing, so it reads no RNG, and it
+puts the model's mode back: a run with samples trains and evaluates bitwise as one without. Every rank decodes
+(a sharded model's forward needs them all); the main process writes.
+"""
+
+import json
+import os
+
+import torch
+
+from . import config
+from .evaluation import global_rng_held
+
+STEPS = 32  # decoding steps per sample (fewer where the answer is shorter: one token a step at the least)
+FILE = "diffusion_samples.jsonl"  # in output_dir, one line per sample per evaluation
+TEXT_TAG = "eval/samples"  # TensorBoard's text tab
+
+
+def transfer_counts(length, steps):
+    """Tokens unmasked at each step: `length` spread over `steps`, the remainder one each to the first steps."""
+    base, extra = divmod(length, steps)
+    return [base + (1 if step < extra else 0) for step in range(steps)]
+
+
+def decode(model, prompt, length, mask_id, steps=STEPS, shift=False):
+    """The answer of `length` tokens after `prompt` (a list of ids), decoded by greedy low-confidence remasking in
+    min(steps, length) steps; a list of ids. `shift`: position i's logits predict token i + 1."""
+    device = next(model.parameters()).device
+    tokens = torch.tensor([list(prompt) + [mask_id] * length], device=device)
+    start = len(prompt)
+    still = torch.ones(length, dtype=torch.bool, device=device)  # (a decoded token may be the mask id itself)
+    for count in transfer_counts(length, max(1, min(steps, length))):
+        output = model(input_ids=tokens)
+        logits = (output.logits if hasattr(output, "logits") else output[0])[0].float()
+        if shift:
+            logits = torch.cat([logits[:1], logits[:-1]])
+        masked = still.nonzero()[:, 0]
+        confidence, choice = logits[start + masked].softmax(dim=-1).max(dim=-1)
+        best = confidence.topk(count).indices
+        tokens[0, start + masked[best]] = choice[best]
+        still[masked[best]] = False
+    return tokens[0, start:].tolist()
+
+
+def prompts(dataset, count):
+    """[(prompt ids, reference answer ids)] of the first `count` examples of an eval set: a Dataset, an
+    IterableDataset (streamed) or a dict of them (the first). The answer is where the row is supervised: its
+    labels other than -100, else its completion_mask (TRL's)."""
+    import itertools
+
+    if isinstance(dataset, dict):
+        dataset = next(iter(dataset.values()))
+    found = []
+    for row in itertools.islice(iter(dataset), count):
+        ids = list(row["input_ids"])
+        if row.get("labels") is not None:
+            answer = [label != -100 for label in row["labels"]]
+        else:
+            answer = [bool(m) for m in row.get("completion_mask") or [0] * len(ids)]
+        if not any(answer):
+            found.append((ids, []))
+            continue
+        first = answer.index(True)
+        found.append((ids[:first], [t for t, a in zip(ids[first:], answer[first:]) if a]))
+    return found
+
+
+def attach(trainer):
+    """Add the sample callback to a trainer whose run asks for samples (diffusion_eval_samples=N)."""
+    count = config.EVAL_SAMPLES.of(trainer.args)
+    if count:
+        trainer.add_callback(_callback_class()(trainer, count))
+
+
+def _callback_class():
+    from transformers import TrainerCallback  # (here: `import unsloth_diffusion_norm` stays free of transformers)
+
+    class DiffusionSamples(TrainerCallback):
+        """At each evaluation: the first N eval examples decoded, written, shown."""
+
+        def __init__(self, trainer, count):
+            self.trainer, self.count = trainer, count
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            rows = samples_of(self.trainer, self.count)
+            if not state.is_world_process_zero:
+                return
+            with open(os.path.join(args.output_dir, FILE), "a", encoding="utf-8") as out:
+                for row in rows:
+                    out.write(json.dumps({"step": state.global_step, **row}) + "\n")
+            for callback in self.trainer.callback_handler.callbacks:
+                writer = getattr(callback, "tb_writer", None)
+                if writer is not None:
+                    writer.add_text(TEXT_TAG, table(rows), state.global_step)
+
+    return DiffusionSamples
+
+
+def samples_of(trainer, count):
+    """[{index, prompt, sample, reference, tokens}] of the first `count` eval examples, decoded now."""
+    model, args, profile = trainer.model, trainer.args, trainer.diffusion_profile
+    tokenizer = trainer.processing_class
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # (a processor's text tokenizer)
+    mask_id, _ = profile._token_ids(model, args)
+    was_training = model.training
+    model.eval()
+    rows = []
+    try:
+        with torch.no_grad(), global_rng_held(args.device):
+            for index, (prompt, reference) in enumerate(prompts(trainer.eval_dataset, count)):
+                tokens = (
+                    decode(model, prompt, len(reference), mask_id, STEPS, profile.shift_logits) if reference else []
+                )
+                rows.append(
+                    {
+                        "index": index,
+                        "prompt": tokenizer.decode(prompt),
+                        "sample": tokenizer.decode(tokens),
+                        "reference": tokenizer.decode(reference),
+                        "tokens": tokens,
+                    }
+                )
+    finally:
+        model.train(was_training)
+    return rows
+
+
+def table(rows):
+    """The samples as a Markdown table (TensorBoard renders it in its text tab)."""
+    cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| # | prompt | sample | reference |", "|---|---|---|---|"]
+    lines += [f"| {r['index']} | {cell(r['prompt'])} | {cell(r['sample'])} | {cell(r['reference'])} |" for r in rows]
+    return "\n".join(lines)
