@@ -3,8 +3,9 @@
 A short real run on the docstring data set (built here, nothing downloaded; a random-initialized model of the
 tiny model's class at the tokenizer's vocabulary): batch 4, GA 2, AdamW with warm-up and cosine, clipping at 1.0,
 keyed evaluation (diffusion_eval_noise="fixed", 2 draws) of 32 held-out rows every 32 steps, every metric logged
-at every step. Prints each evaluation's metrics and what evaluating cost with the run's metrics on and off (the
-same run again with diffusion_metrics=False); --plot draws the loss, the window's masked tokens and noise level,
+at every step, and the first 3 eval answers decoded at each evaluation (diffusion_eval_samples=3). Prints each
+evaluation's metrics, the last evaluation's samples, and what evaluating cost with the run's metrics and samples
+on and off (the same run again with diffusion_metrics=False, no samples); --plot draws the loss, the window's masked tokens and noise level,
 and the eval masked CE by noise-level bucket against the step. About a minute on 2 CPU cores.
 """
 
@@ -31,7 +32,7 @@ RUN = dict(train_rows=512, eval_rows=32, max_length=96, batch=4, ga=2, steps=384
 
 
 def train(metrics_on=True):
-    """The run's Trainer log history and its seconds (whole run, evaluating)."""
+    """The run's Trainer log history, its seconds (whole run, evaluating) and its samples file's lines."""
     from datasets import load_dataset
     from unsloth.models.diffusion_trainer import DiffusionConfig, DiffusionTrainer
 
@@ -72,6 +73,7 @@ def train(metrics_on=True):
             diffusion_eval_noise="fixed",
             diffusion_eval_draws=RUN["draws"],
             diffusion_metrics=metrics_on,
+            diffusion_eval_samples=3 if metrics_on else None,
         )
         trainer = DiffusionTrainer(
             model=model, args=args, train_dataset=train_rows, eval_dataset=eval_rows, processing_class=tokenizer
@@ -79,7 +81,10 @@ def train(metrics_on=True):
         trainer.train()
     history = trainer.state.log_history
     seconds = round(time.perf_counter() - started, 1)
-    return history, seconds, round(sum(e["eval_runtime"] for e in history if "eval_runtime" in e), 2)
+    evaluating = round(sum(e["eval_runtime"] for e in history if "eval_runtime" in e), 2)
+    found = os.path.join(args.output_dir, "diffusion_samples.jsonl")
+    lines = [json.loads(line) for line in open(found, encoding="utf-8")] if metrics_on else []
+    return history, seconds, evaluating, lines
 
 
 def draw(history, path):
@@ -123,8 +128,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     status = unsloth_diffusion_norm.apply()
     print(f"Unsloth {status.unsloth_version}, plugin mode {status.mode}\n")
-    history, seconds, evaluating = train()
-    plain, plain_seconds, plain_evaluating = train(metrics_on=False)
+    history, seconds, evaluating, lines = train()
+    plain, plain_seconds, plain_evaluating, _ = train(metrics_on=False)
     evals = [e for e in history if "eval_loss" in e]
     names = ["eval_loss", "eval_loss_stderr", "eval_masked_token_accuracy"]
     names += sorted({n for e in evals for n in e if n.startswith("eval_masked_ce_noise_")})
@@ -135,9 +140,14 @@ def main(argv=None):
             )
         )
     )
+    last = [line for line in lines if line["step"] == lines[-1]["step"]]
+    print(f"\nsamples at step {last[0]['step']} (diffusion_samples.jsonl):")
+    for line in last:
+        print(json.dumps({name: line[name] for name in ("step", "index", "prompt", "sample", "reference")}))
     same = [e["loss"] for e in history if "loss" in e] == [e["loss"] for e in plain if "loss" in e]
     print(
-        f"\nmetrics on: {seconds} s in all, {evaluating} s evaluating; off: {plain_seconds} s, {plain_evaluating} s "
+        f"\nmetrics and samples on: {seconds} s in all, {evaluating} s evaluating; off: {plain_seconds} s, "
+        f"{plain_evaluating} s "
         f"evaluating (ratio {evaluating / plain_evaluating:.3f}); the training losses of the two runs are "
         f"{'bitwise equal' if same else 'NOT equal'}"
     )
@@ -152,6 +162,7 @@ def main(argv=None):
                     "history": history,
                     "seconds": [seconds, plain_seconds],
                     "evaluating": [evaluating, plain_evaluating],
+                    "samples": lines,
                 },
                 f,
                 indent=1,
