@@ -21,8 +21,9 @@ MASKED_TOKENS = "masked_tokens"  # the micro-batch's own masked tokens: Nemotron
 # Unsloth's profiles draw their own noise and never read it; with diffusion_noise=None it asks for per-sample.
 DP_VARYING = "dp_varying_mask_ratio"
 
-# How a flag's value is checked: one of its choices (or None), a count of 1 or more, or True / False.
-CHOICE, COUNT, SWITCH = "choice", "count", "switch"
+# How a flag's value is checked: one of its choices (or None), a count of 1 or more, True / False, or a list of
+# one or more non-empty texts.
+CHOICE, COUNT, SWITCH, TEXTS = "choice", "count", "switch", "texts"
 PREFIX = "unsloth_diffusion_norm: "
 
 
@@ -60,6 +61,14 @@ class Flag:
         has no other way to reset a value a YAML config set."""
         if value is None or (isinstance(value, str) and value.lower() == "none"):
             return self.default
+        if self.kind == TEXTS:
+            if isinstance(value, (list, tuple)) and list(value) == [None]:  # (a command line's "None": reset)
+                return self.default
+            if not (
+                isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v.strip() for v in value)
+            ):
+                raise ValueError(f"{PREFIX}{self.name} must be a list of one or more non-empty texts, got {value!r}.")
+            return list(value)
         if self.kind == SWITCH:
             if isinstance(value, str) and value.lower() in ("true", "false"):
                 return value.lower() == "true"
@@ -87,6 +96,12 @@ class Flag:
         def parse(text):
             import argparse
 
+            if self.kind == TEXTS:  # one element of the list (the parser's nargs="+" gives each)
+                if isinstance(text, str) and text.lower() == "none":
+                    return None
+                if not (isinstance(text, str) and text.strip()):
+                    raise argparse.ArgumentTypeError(f"{self.name} takes non-empty texts, got {text!r}.")
+                return text
             value = text
             if self.kind == COUNT and isinstance(text, str) and text.strip().lstrip("+-").isdigit():
                 value = int(text)
@@ -102,6 +117,8 @@ class Flag:
         """Its values besides the default, as a user writes them."""
         if self.kind == COUNT:
             return ({"draws": "K", "buckets": "B", "samples": "N"}[self.unit],)
+        if self.kind == TEXTS:
+            return ("['...', ...]",)
         return tuple(repr(value) for value in self.choices)
 
 
@@ -236,8 +253,39 @@ EVAL_SAMPLES = Flag(
     "no samples decoded",
     unit="samples",
 )
-FLAGS = (NORMALIZATION, NOISE, EVAL_NOISE, EVAL_DRAWS, EVAL_BUCKETS, T_SAMPLER, COMPLEMENTARY, METRICS, EVAL_SAMPLES)
+SAMPLE_PROMPTS = Flag(
+    "diffusion_eval_sample_prompts",
+    TEXTS,
+    (),
+    None,
+    "Prompts of your own to decode at each evaluation instead of the eval set's (a list of texts: YAML, or "
+    "several values after the option on a command line), each tokenized as the tokenizer tokenizes text (no chat "
+    "template) and given a 64-token answer; written and shown as diffusion_eval_samples's are. Needs evaluation; "
+    "give this or diffusion_eval_samples, not both. None (the default): none.",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}",
+    "no prompts of your own",
+)
+FLAGS = (
+    NORMALIZATION,
+    NOISE,
+    EVAL_NOISE,
+    EVAL_DRAWS,
+    EVAL_BUCKETS,
+    T_SAMPLER,
+    COMPLEMENTARY,
+    METRICS,
+    EVAL_SAMPLES,
+    SAMPLE_PROMPTS,
+)
 FIELDS = {flag.name: flag for flag in FLAGS}
+
+
+def _annotation(flag):
+    parse = flag.argument_type()
+    if flag.kind == TEXTS:  # HfArgumentParser gives a list field nargs="+" and its element type
+        return typing.Optional[list[parse]]  # noqa: UP045
+    return typing.Optional[parse] if flag.default is None else parse  # noqa: UP045
+
 
 # The flags as DiffusionConfig fields: what config_patches adds to the release's dataclass. The annotations are the
 # parsers' converters (HfArgumentParser / TrlParser read them with typing.get_type_hints); a flag whose default is
@@ -247,7 +295,7 @@ Fields = dataclasses.make_dataclass(
     [
         (
             flag.name,
-            typing.Optional[flag.argument_type()] if flag.default is None else flag.argument_type(),  # noqa: UP045
+            _annotation(flag),
             dataclasses.field(default=flag.default, metadata={"help": flag.help}),
         )
         for flag in FLAGS
@@ -302,15 +350,22 @@ def check_together(args):
 
 
 def check_samples(args):
-    """Samples are decoded at evaluations: a run that never evaluates would never show them."""
-    count = EVAL_SAMPLES.of(args)
-    strategy = getattr(args, "eval_strategy", None)
-    if count and getattr(strategy, "value", strategy) in ("no", None):
+    """Samples are decoded at evaluations: a run that never evaluates would never show them. They come from the
+    eval set or from the run's own prompts, not both."""
+    count, prompts = EVAL_SAMPLES.of(args), SAMPLE_PROMPTS.of(args)
+    if count and prompts:
         raise ValueError(
-            f"{PREFIX}{EVAL_SAMPLES.name}={count!r} decodes samples at each evaluation, and this run never "
-            f"evaluates (eval_strategy='no'); set eval_strategy to 'steps' or 'epoch' with an eval_dataset, "
-            f"or leave {EVAL_SAMPLES.name} at None."
+            f"{PREFIX}{EVAL_SAMPLES.name}={count!r} decodes the eval set's first examples, and "
+            f"{SAMPLE_PROMPTS.name} gives prompts of its own; give one of them."
         )
+    strategy = getattr(args, "eval_strategy", None)
+    for flag, value in ((EVAL_SAMPLES, count), (SAMPLE_PROMPTS, prompts)):
+        if value and getattr(strategy, "value", strategy) in ("no", None):
+            raise ValueError(
+                f"{PREFIX}{flag.name}={value!r} decodes samples at each evaluation, and this run never "
+                f"evaluates (eval_strategy='no'); set eval_strategy to 'steps' or 'epoch' with an eval_dataset, "
+                f"or leave {flag.name} at None."
+            )
 
 
 def check_lower_variance(args, profile, noise_mode, plugin_draws):

@@ -1,5 +1,6 @@
-"""Samples at each evaluation (opt-in, `diffusion_eval_samples=N`): the first N examples of the eval set, their
-answers decoded from all-[MASK] by low-confidence remasking, written to `output_dir` and shown in TensorBoard.
+"""Samples at each evaluation (opt-in): the first N examples of the eval set (`diffusion_eval_samples=N`), or
+prompts of the run's own (`diffusion_eval_sample_prompts`), their answers decoded from all-[MASK] by
+low-confidence remasking, written to `output_dir` and shown in TensorBoard.
 
 The decoder (`decode`) is greedy: at each of its steps the model scores the still-masked answer positions, and
 the most confident of them keep their argmax token, as many per step as LLaDA's schedule gives (the answer's
@@ -17,6 +18,8 @@ from . import config
 from .evaluation import global_rng_held
 
 STEPS = 32  # decoding steps per sample (fewer where the answer is shorter: one token a step at the least)
+PROMPT_ANSWER = 64  # tokens decoded after a prompt of the run's own (an eval example's answer has its own length),
+# fewer where the run's max_length or the model's positions end sooner
 FILE = "diffusion_samples.jsonl"  # in output_dir, one line per sample per evaluation
 TEXT_TAG = "eval/samples"  # TensorBoard's text tab
 
@@ -71,10 +74,9 @@ def prompts(dataset, count):
 
 
 def attach(trainer):
-    """Add the sample callback to a trainer whose run asks for samples (diffusion_eval_samples=N)."""
-    count = config.EVAL_SAMPLES.of(trainer.args)
-    if count:
-        trainer.add_callback(_callback_class()(trainer, count))
+    """Add the sample callback to a trainer whose run asks for samples (config.check_samples checked the ask)."""
+    if config.EVAL_SAMPLES.of(trainer.args) or config.SAMPLE_PROMPTS.of(trainer.args):
+        trainer.add_callback(_callback_class()(trainer))
 
 
 def _callback_class():
@@ -83,11 +85,11 @@ def _callback_class():
     class DiffusionSamples(TrainerCallback):
         """At each evaluation: the first N eval examples decoded, written, shown."""
 
-        def __init__(self, trainer, count):
-            self.trainer, self.count = trainer, count
+        def __init__(self, trainer):
+            self.trainer = trainer
 
         def on_evaluate(self, args, state, control, **kwargs):
-            rows = samples_of(self.trainer, self.count)
+            rows = samples_of(self.trainer)
             if not state.is_world_process_zero:
                 return
             with open(os.path.join(args.output_dir, FILE), "a", encoding="utf-8") as out:
@@ -101,27 +103,32 @@ def _callback_class():
     return DiffusionSamples
 
 
-def samples_of(trainer, count):
-    """[{index, prompt, sample, reference, tokens}] of the first `count` eval examples, decoded now."""
+def samples_of(trainer):
+    """[{index, prompt, sample, reference, tokens}] of the run's samples, decoded now: the run's own prompts (no
+    reference; PROMPT_ANSWER tokens each), else the first diffusion_eval_samples eval examples."""
     model, args, profile = trainer.model, trainer.args, trainer.diffusion_profile
     tokenizer = trainer.processing_class
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # (a processor's text tokenizer)
+    given = config.SAMPLE_PROMPTS.of(args)
+    if given:
+        asked = [(tokenizer(text)["input_ids"], None) for text in given]
+    else:
+        asked = prompts(trainer.eval_dataset, config.EVAL_SAMPLES.of(args))
     mask_id, _ = profile._token_ids(model, args)
     was_training = model.training
     model.eval()
     rows = []
     try:
         with torch.no_grad(), global_rng_held(args.device):
-            for index, (prompt, reference) in enumerate(prompts(trainer.eval_dataset, count)):
-                tokens = (
-                    decode(model, prompt, len(reference), mask_id, STEPS, profile.shift_logits) if reference else []
-                )
+            for index, (prompt, reference) in enumerate(asked):
+                length = _room(model, args, prompt) if reference is None else len(reference)
+                tokens = decode(model, prompt, length, mask_id, STEPS, profile.shift_logits) if length else []
                 rows.append(
                     {
                         "index": index,
                         "prompt": tokenizer.decode(prompt),
                         "sample": tokenizer.decode(tokens),
-                        "reference": tokenizer.decode(reference),
+                        "reference": None if reference is None else tokenizer.decode(reference),
                         "tokens": tokens,
                     }
                 )
@@ -130,9 +137,19 @@ def samples_of(trainer, count):
     return rows
 
 
+def _room(model, args, prompt):
+    """PROMPT_ANSWER, or what fits after `prompt` in the run's max_length and the model's positions."""
+    limits = [
+        getattr(args, "max_length", None),
+        getattr(getattr(model, "config", None), "max_position_embeddings", None),
+    ]
+    room = min([PROMPT_ANSWER] + [limit - len(prompt) for limit in limits if isinstance(limit, int)])
+    return max(room, 0)
+
+
 def table(rows):
     """The samples as a Markdown table (TensorBoard renders it in its text tab)."""
-    cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    cell = lambda text: (text or "").replace("|", "\\|").replace("\n", " ")  # noqa: E731
     lines = ["| # | prompt | sample | reference |", "|---|---|---|---|"]
     lines += [f"| {r['index']} | {cell(r['prompt'])} | {cell(r['sample'])} | {cell(r['reference'])} |" for r in rows]
     return "\n".join(lines)

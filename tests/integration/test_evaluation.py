@@ -403,3 +403,11 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
         assert line["tokens"] == expected and len(expected) == answer and len(set(expected)) > 2, (line, expected)
     with pytest.raises(ValueError, match="diffusion_eval_samples=2 decodes samples at each evaluation, and this run"):
         _train(diffusion_eval_samples=2, eval_strategy="no")
+    # prompts of one's own: tokenized as text, as long an answer as fits (the tiny model's 64 positions)
+    own = tmp_path / "own"
+    run = _train(**gentle, output_dir=str(own), diffusion_eval_sample_prompts=["w56 w57"])
+    (*_, line) = [json.loads(line) for line in (own / samples.FILE).read_text().splitlines()]
+    prompt = run.trainer.processing_class("w56 w57")["input_ids"]
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    expected = oracle.low_confidence_decode(run.reference_model, prompt, 64 - len(prompt), MASK_ID, samples.STEPS)
+    assert (line["step"], line["prompt"], line["reference"], line["tokens"]) == (4, "w56 w57", None, expected)

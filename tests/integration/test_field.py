@@ -100,6 +100,8 @@ BAD_VALUES = {
     "diffusion_eval_draws": ("0", "must be a whole number of draws, 1 or more"),
     "diffusion_t_sampler": ("uniform", "must be 'stratified' or None"),
     "diffusion_complementary_masks": ("maybe", "must be True or False"),
+    "diffusion_eval_buckets": ("0", "must be a whole number of buckets, 1 or more"),
+    "diffusion_eval_samples": ("0", "must be a whole number of samples, 1 or more"),
 }
 
 
@@ -121,6 +123,30 @@ def test_a_bad_value_is_one_line_and_exit_2_from_a_command_line_or_yaml_and_a_va
     assert exited.value.code == 2 and expected in capsys.readouterr().err
     with pytest.raises(ValueError, match=re.escape(f"{field} {expected}")):
         hf.parse_dict({"output_dir": str(tmp_path), field: int(value) if value.isdigit() else value, "bf16": False})
+
+
+def test_prompts_of_ones_own_come_from_a_command_line_or_yaml_and_an_empty_one_is_refused(plugin, tmp_path, capsys):
+    """diffusion_eval_sample_prompts, a list: several values after the option, or a YAML list; an empty text is one
+    line and exit 2 from either, an empty list a ValueError (argparse converts no list that YAML gives)."""
+    hf, trl = parsers()
+    field, asked = config.SAMPLE_PROMPTS.name, ["Say hi.", "Count to three."]
+    (args,) = hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), f"--{field}", *asked, *CPU])
+    assert getattr(args, field) == asked
+    path = tmp_path / "config.yaml"
+    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\n{field}: [{', '.join(asked)}]\nbf16: false\n")
+    _, args, _ = trl.parse_args_and_config(["--config", str(path)])
+    assert getattr(args, field) == asked
+    with pytest.raises(SystemExit) as exited:
+        hf.parse_args_into_dataclasses(["--output_dir", str(tmp_path), f"--{field}", "Say hi.", "", *CPU])
+    said = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert exited.value.code == 2 and len(said) == 1 and "takes non-empty texts, got ''" in said[0]
+    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\n{field}: ''\nbf16: false\n")
+    with pytest.raises(SystemExit) as exited:
+        trl.parse_args_and_config(["--config", str(path)])
+    assert exited.value.code == 2 and "takes non-empty texts" in capsys.readouterr().err
+    path.write_text(f"dataset_name: local\noutput_dir: {tmp_path}\n{field}: []\nbf16: false\n")
+    with pytest.raises(ValueError, match=f"{field} must be a list of one or more non-empty texts, got \\[\\]"):
+        trl.parse_args_and_config(["--config", str(path)])
 
 
 # --- realistic configurations, judged by the oracle beside their per-micro-batch control ---------------

@@ -160,6 +160,8 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
         assert fields[flag.name].default == flag.default == config.default(flag.name)
         assert fields[flag.name].metadata["help"] == flag.help
         parse = typing.get_args(hints[flag.name])[0] if flag.default is None else hints[flag.name]
+        if typing.get_origin(parse) is list:  # a list of texts: the parser converts each element
+            parse = typing.get_args(parse)[0]
         assert parse.__name__ == flag.name and parse("None") == flag.default
         assert config.validate(None, flag.name) == flag.default
     for mode in ("patched", "native"):
@@ -169,7 +171,8 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
             "opt-ins per run: diffusion_loss_normalization='window' or 'microbatch', diffusion_noise='global' or "
             "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_eval_buckets=B, "
             "diffusion_t_sampler='stratified', "
-            "diffusion_complementary_masks=True, diffusion_metrics=False, diffusion_eval_samples=N"
+            "diffusion_complementary_masks=True, diffusion_metrics=False, diffusion_eval_samples=N, "
+            "diffusion_eval_sample_prompts=['...', ...]"
         )
 
 
@@ -227,3 +230,23 @@ def test_samples_take_a_count_of_one_or_more_and_need_a_run_that_evaluates():
             config.check_samples(SimpleNamespace(**{samples: 3, "eval_strategy": strategy}))
     config.check_samples(SimpleNamespace(**{samples: 3, "eval_strategy": "steps"}))
     config.check_samples(SimpleNamespace(eval_strategy="no"))  # none asked
+
+
+def test_prompts_of_ones_own_are_a_list_of_texts_from_yaml_or_a_command_line_and_not_beside_a_count():
+    import argparse
+
+    prompts = config.SAMPLE_PROMPTS.name
+    assert config.validate(["Say hi.", "Count to 3."], prompts) == ["Say hi.", "Count to 3."]
+    assert config.validate(None, prompts) is None and config.validate([None], prompts) is None  # "None": reset
+    for bad in ([], [""], ["  "], "Say hi.", [3], ["ok", None]):
+        with pytest.raises(ValueError, match=rf"{prompts} must be a list of one or more non-empty texts, got "):
+            config.validate(bad, prompts)
+    parse = config.argument_type(prompts)
+    assert parse("Say hi.") == "Say hi." and parse("None") is None
+    with pytest.raises(argparse.ArgumentTypeError, match=f"{prompts} takes non-empty texts, got ''"):
+        parse("")
+    both = SimpleNamespace(**{prompts: ["Say hi."], config.EVAL_SAMPLES.name: 2, "eval_strategy": "steps"})
+    with pytest.raises(ValueError, match="give one of them"):
+        config.check_samples(both)
+    with pytest.raises(ValueError, match=rf"{prompts}=\['Say hi.'\] decodes samples at each evaluation"):
+        config.check_samples(SimpleNamespace(**{prompts: ["Say hi."], "eval_strategy": "no"}))
