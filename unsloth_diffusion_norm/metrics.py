@@ -13,7 +13,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import config, window
+from . import config, noise, window
+from .batch_keys import UNSLOTH_PREPARED
 
 # The logged names, as they appear in the Trainer's log (training: as written; evaluation has none).
 COUNT, LEVEL_MEAN, LEVEL_SPREAD, MOVED = (
@@ -84,6 +85,22 @@ def observer(trainer, upstream=False):
         return observe
 
     return observer_of
+
+
+def log_drawn(trainer, batches, slots):
+    """A window Unsloth 2026.10.7+ drew at its fetch (per-sample noise: upstream's get_batch_samples draws through
+    the plugin's keyed prepare_batch and counts): its metrics from the drawn masks, appended to the release's own
+    metrics as its compute_loss appends them, so its log() averages them with the rest. Counted as upstream
+    counts; under data parallel one gather of their own (upstream's count is gathered apart)."""
+    observe = observer(trainer, upstream=True)
+    sink = getattr(trainer, "_diffusion_metrics", None)
+    prepared = [batch.get(UNSLOTH_PREPARED) for batch in batches]
+    if observe is None or sink is None or not prepared or any(p is None for p in prepared):
+        return  # (metrics off, another release's trainer, or a window upstream did not draw: nothing to say)
+    drawn = [noise.Noise(*p) for p in prepared]
+    _, found = observe(slots)(drawn, torch.stack([d.masked.sum() for d in drawn]))
+    for name, value in found.items():
+        sink[f"train/{name}"].append(value.detach().float().reshape(()))
 
 
 # --- a keyed evaluation's accuracy and masked CE by noise level ------------------------------------------------------

@@ -142,9 +142,11 @@ def _keyed_prepare_batch(release, wrapped, profile, pos, kwargs):
 
 
 def _tagged_batch_samples(order, wrapped, trainer, pos, kwargs):
-    epoch_iterator, _ = batch_samples_arguments(*pos, **kwargs)
+    epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
     pos, kwargs = replaced(pos, kwargs, 0, "epoch_iterator", order.tag(trainer.args, epoch_iterator))
-    return wrapped(*pos, **kwargs)
+    batches, count = wrapped(*pos, **kwargs)
+    metrics.log_drawn(trainer, batches, num_batches)  # (where upstream drew them at the fetch)
+    return batches, count
 
 
 def _fetch_undrawn_patch(trainer):
