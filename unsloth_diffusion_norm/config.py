@@ -224,8 +224,8 @@ METRICS = Flag(
     "computed from the drawn masks, so training is bitwise the same; and with diffusion_eval_noise='fixed', "
     "each evaluation's masked-token accuracy (eval_masked_token_accuracy) and its masked CE by noise level "
     "(diffusion_eval_buckets), global across ranks. False: none of them.",
-    f"{EVERY_RELEASE}; {MASKED_PROFILES}; training: where the plugin draws the window's noise (window "
-    "normalization on 2026.10.4-.6, diffusion_noise='global' on 2026.10.7+); evaluation: where it is keyed",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}; training: wherever a window's noise is drawn before its first forward "
+    "(window normalization on 2026.10.4-.6; window-normalized runs on 2026.10.7+); evaluation: where it is keyed",
     "the window's metrics logged (and keyed evaluation's accuracy and masked CE by noise level)",
 )
 EVAL_BUCKETS = Flag(
