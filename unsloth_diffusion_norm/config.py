@@ -247,7 +247,7 @@ EVAL_SAMPLES = Flag(
     None,
     "N: at each evaluation, the first N examples of the eval set have their answers decoded from all-[MASK] by "
     "greedy low-confidence remasking (32 steps at most), written to output_dir/diffusion_samples.jsonl with the "
-    "step and shown in TensorBoard's text tab (report_to='tensorboard'); it draws nothing and trains nothing, so "
+    "step and shown in TensorBoard's text tab and as a W&B table (report_to); it draws nothing and trains nothing, so "
     "training is bitwise the same. Needs evaluation (eval_strategy other than 'no'). None (the default): none.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}",
     "no samples decoded",

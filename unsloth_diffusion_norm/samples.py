@@ -1,6 +1,6 @@
 """Samples at each evaluation (opt-in): the first N examples of the eval set (`diffusion_eval_samples=N`), or
 prompts of the run's own (`diffusion_eval_sample_prompts`), their answers decoded from all-[MASK] by
-low-confidence remasking, written to `output_dir` and shown in TensorBoard.
+low-confidence remasking, written to `output_dir` and shown in TensorBoard (a text table) and W&B (a table).
 
 The decoder (`decode`) is greedy: at each of its steps the model scores the still-masked answer positions, and
 the most confident of them keep their argmax token, as many per step as LLaDA's schedule gives (the answer's
@@ -21,7 +21,8 @@ STEPS = 32  # decoding steps per sample (fewer where the answer is shorter: one 
 PROMPT_ANSWER = 64  # tokens decoded after a prompt of the run's own (an eval example's answer has its own length),
 # fewer where the run's max_length or the model's positions end sooner
 FILE = "diffusion_samples.jsonl"  # in output_dir, one line per sample per evaluation
-TEXT_TAG = "eval/samples"  # TensorBoard's text tab
+TEXT_TAG = "eval/samples"  # TensorBoard's text tab, and the W&B table's key
+COLUMNS = ("step", "index", "prompt", "sample", "reference")  # the W&B table's
 
 
 def transfer_counts(length, steps):
@@ -97,8 +98,18 @@ def _callback_class():
                     out.write(json.dumps({"step": state.global_step, **row}) + "\n")
             for callback in self.trainer.callback_handler.callbacks:
                 writer = getattr(callback, "tb_writer", None)
-                if writer is not None:
+                if writer is not None:  # TensorBoardCallback, once its writer is open
                     writer.add_text(TEXT_TAG, table(rows), state.global_step)
+                wandb = getattr(callback, "_wandb", None)
+                if wandb is not None and getattr(wandb, "run", None) is not None:  # WandbCallback, its run started
+                    data = [[state.global_step, *(row[name] for name in COLUMNS[1:])] for row in rows]
+                    # (as WandbCallback.on_log logs: the step under train/global_step)
+                    wandb.log(
+                        {
+                            TEXT_TAG: wandb.Table(columns=list(COLUMNS), data=data),
+                            "train/global_step": state.global_step,
+                        }
+                    )
 
     return DiffusionSamples
 

@@ -382,7 +382,7 @@ def workdir(tmp_path_factory):
     return where
 
 
-def _example(workdir, output, *argv, last=()):
+def _example(workdir, output, *argv, last=(), steps=TWO_STEPS, env=None):
     done = subprocess.run(
         [
             sys.executable,
@@ -394,13 +394,13 @@ def _example(workdir, output, *argv, last=()):
             "data.jsonl",
             "--output_dir",
             output,
-            *TWO_STEPS,
-            *last,  # (after TWO_STEPS: the command line's last value of an option wins)
+            *steps,
+            *last,  # (after the steps: the command line's last value of an option wins)
         ],
         capture_output=True,
         text=True,
         cwd=workdir,
-        env={**os.environ, **fixtures.CPU_ENVIRONMENT},
+        env={**os.environ, **fixtures.CPU_ENVIRONMENT, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((workdir / output / "trainer_state.json").read_text())
@@ -415,18 +415,27 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     # example, on the data's one split). Parsing the command line alone: test_flags_parse_from_the_command_line.
     evaluation = ["--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split", "train"]
     keyed = ["--diffusion_eval_noise", "fixed", "--diffusion_eval_draws", "2", "--diffusion_eval_samples", "2"]
-    # watched in TensorBoard where it is installed (make test's environment; the release legs leave it out)
+    # watched in TensorBoard and W&B (offline) where they are installed (make test's environment; the release legs
+    # leave them out): the sample YAML with its report_to line naming both, as a YAML list (a command line takes one)
     tensorboard = importlib.util.find_spec("tensorboard") is not None
+    wandb = importlib.util.find_spec("wandb") is not None
+    config_file = os.path.join(os.path.dirname(EXAMPLE), "train.yaml")
+    if tensorboard and wandb:
+        shipped = open(config_file, encoding="utf-8").read()
+        assert "\nreport_to: none\n" in shipped
+        config_file = workdir / "train-watched.yaml"
+        config_file.write_text(shipped.replace("\nreport_to: none\n", "\nreport_to: [tensorboard, wandb]\n"))
     out, steps, losses = _example(
         workdir,
         "from-yaml",
         "--config",
-        os.path.join(os.path.dirname(EXAMPLE), "train.yaml"),
+        str(config_file),
         "--diffusion_loss_normalization",
         "window",
         *evaluation,
         *keyed,
-        last=["--report_to", "tensorboard"] if tensorboard else [],
+        steps=[arg for arg in TWO_STEPS if arg not in ("--report_to", "none")],
+        env={"WANDB_MODE": "offline", "WANDB_DIR": str(workdir / "from-yaml")},
     )
     assert f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out
     assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
@@ -461,3 +470,44 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
     lines = [json.loads(line) for line in (workdir / "from-yaml" / "diffusion_samples.jsonl").read_text().splitlines()]
     assert [(line["step"], line["index"]) for line in lines] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert all(line["reference"] and len(line["tokens"]) > 0 for line in lines)
+    if tensorboard and wandb:  # the offline run's transaction log, read with W&B's own record schema
+        (run,) = (workdir / "from-yaml" / "wandb").glob("offline-run-*/run-*.wandb")
+        history = [record for record in _wandb_history(run)]
+        logged = {name: [h[f"train/{name}"] for h in history if f"train/{name}" in h] for name in oracle.METRIC_NAMES}
+        assert logged == {name: [pytest.approx(entry[name]) for entry in train] for name in oracle.METRIC_NAMES}
+        accuracy = [h["eval/masked_token_accuracy"] for h in history if "eval/masked_token_accuracy" in h]
+        assert accuracy == [pytest.approx(entry["eval_masked_token_accuracy"]) for entry in evaluations]
+        # the samples as a W&B table at each evaluation, its file the samples file's rows
+        tables = [h for h in history if "eval/samples/_type" in h]
+        assert [(t["train/global_step"], t["eval/samples/_type"], t["eval/samples/nrows"]) for t in tables] == [
+            (1, "table-file", 2),
+            (2, "table-file", 2),
+        ]
+        saved = json.loads((run.parent / "files" / tables[-1]["eval/samples/path"]).read_text())
+        assert saved["columns"] == ["step", "index", "prompt", "sample", "reference"]
+        assert saved["data"] == [[line[name] for name in saved["columns"]] for line in lines[2:]]
+
+
+def _wandb_history(path):
+    """The history rows ({key: value}) of an offline W&B run's transaction log (run-*.wandb): LevelDB's log
+    format after a 7-byte header, each record W&B's own protobuf Record."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, at, pending = path.read_bytes(), 32768, 7, b""
+    assert data[:4] == b":W&B"
+    while at + 7 <= len(data):
+        if block - at % block < 7:  # a block's tail too short for a header is padding
+            at += block - at % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[at : at + 7])
+        pending, at = pending + data[at + 7 : at + 7 + length], at + 7 + length
+        if kind in (1, 4) and pending:  # a whole record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                yield {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
