@@ -73,3 +73,23 @@ def test_quick_lower_variance_arms_train_with_their_fields_from_the_window_arms_
     assert all(len(arm.log) == settings.steps for arm in (window, both, twice))
     part = seeds.report(found, 0, settings)
     assert "verdict: stratified + pairs − window, 2× rows, at equal forward compute" in seeds.render(part)
+
+
+@pytest.mark.once
+def test_quick_part3_the_task_is_learned_and_the_arms_train_apart(plugin, tmp_path):
+    """Part 3 in its quick form (one seed, batch 4 x GA 2): the window arm learns the reversal task far above the
+    trivial answers, by answer length too; the two arms start from one model and train apart (with the window
+    arm trained under per-micro-batch normalization they would be one run, and the last assertion fails)."""
+    from unsloth_diffusion_norm.tools.convergence import task
+
+    settings = task.QUICK3
+    found, held = task.part3(settings, str(tmp_path), say=lambda _: None)
+    part = task.report(found, held, settings)
+    window, per_micro_batch = found[convergence.WINDOW][0], found[convergence.MICROBATCH][0]
+    assert [s for s, _ in window.measured] == [0, 350, 700] and window.measured[0] == per_micro_batch.measured[0]
+    best_trivial = max(part["baselines"].values())
+    assert window.measured[-1][1]["accuracy"] >= 0.9 > best_trivial + 0.5
+    assert all(v >= 0.8 for v in part["arms"][convergence.WINDOW]["by_length"])
+    assert [e["loss"] for e in window.log] != [e["loss"] for e in per_micro_batch.log]
+    assert part["arms"][convergence.WINDOW]["steps_to_learn"] == [700]
+    assert "| window (plugin) |" in task.render(part) and "copy the prompt" in task.render(part)

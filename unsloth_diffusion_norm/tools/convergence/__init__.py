@@ -5,6 +5,8 @@ and masks; the window must stay on the reference to float round-off, per-micro-b
 Part 2, convergence at the settings users run (`seeds`): global noise, batch 1, GA 8, paired seeds; the held-out
 objective, per-token bound and masked-token accuracy by noise level (`heldout`, under evaluation noise that holds
 still), each arm's mean and 95 % interval and the paired difference, with `impact`'s share moved beside it.
+Part 3, what a model can do (`task`, --part 3 only): exact-match accuracy on a reversal task the model learns in
+minutes, window against per-micro-batch over paired seeds, by answer length, with the learning curves.
 Every arm is the real DiffusionTrainer and Trainer.train() (`runs`): AdamW, warm-up then cosine, clipping at
 1.0, fp32 on CPU, a random-initialized model of the tiny model's class at the docstring tokenizer's vocabulary,
 the docstring data set (built here, nothing downloaded) split into train and held-out rows by a fixed seed.
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 
-def run(part1_settings, part2_settings, workdir, say, arms=None, native=None):
+def run(part1_settings, part2_settings, workdir, say, arms=None, native=None, part3_settings=None):
     """The JSON of the parts given settings (None: that part does not run); Part 2 trains `arms` (default: the
     window and per-micro-batch arms) and adds `native`'s window arm (the JSON of a Part 2 run on a natively
     fixed release, at the same settings) as a third."""
@@ -61,6 +63,12 @@ def run(part1_settings, part2_settings, workdir, say, arms=None, native=None):
         result["part2"]["impact"] = seeds.impact_beside(
             train_rows, tokenizer_folder, settings, workdir, settings.seeds[0]
         )
+    if part3_settings is not None:
+        from . import task
+
+        say(task.describe(part3_settings))
+        found, held = task.part3(part3_settings, workdir, say)
+        result["part3"] = task.report(found, held, part3_settings)
     return result
 
 
@@ -78,6 +86,15 @@ def render_all(result):
             "",
             seeds.render(part),
         ]
+    if "part3" in result:
+        from . import task
+
+        lines += [
+            "",
+            task.describe(task.Part3(**_tuples(result["part3"]["settings"]))),
+            "",
+            task.render(result["part3"]),
+        ]
     return "\n".join(lines).rstrip()
 
 
@@ -88,9 +105,16 @@ def _tuples(settings):
 def draw(result, path):
     """One PNG: Part 1's distances (log scale); Part 2's held-out objective and paired difference with bands,
     training loss and gradient norm; the panels of the parts that ran."""
-    from . import invariance, seeds
+    from . import invariance, seeds, task
 
     plt = console.pyplot()
+    if "part3" in result and not ("part1" in result or "part2" in result):
+        figure, axes = plt.subplots(1, 2, figsize=(9.6, 3.6))
+        task.draw(result["part3"], axes)
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        return
     panels = (1 if "part1" in result else 0) + (4 if "part2" in result else 0)
     columns = min(panels, 3)
     rows = -(-panels // columns)
@@ -158,7 +182,9 @@ def main(argv=None):
         action="store_true",
         help="the test's settings (Part 1: k = 2 and 4, 4 steps; Part 2: 2 seeds, 3 steps); exit 1 unless Part 1 holds",
     )
-    parser.add_argument("--part", type=int, choices=(1, 2), help="run this part only (default: both)")
+    parser.add_argument(
+        "--part", type=int, choices=(1, 2, 3), help="run this part only (default: 1 and 2; 3 only when asked)"
+    )
     parser.add_argument(
         "--gpu",
         action="store_true",
@@ -205,7 +231,18 @@ def main(argv=None):
             second = (seeds.GPU_QUICK if args.quick else seeds.GPU) if args.gpu else (QUICK2 if args.quick else Part2())
             if args.native is not None and 2 in parts:  # refused before the training, not after it
                 seeds.native_arms(args.native, second)
-            result = run(first, second if 2 in parts else None, workdir, progress.say, args.arms, args.native)
+            from .task import QUICK3, Part3
+
+            third = (QUICK3 if args.quick else Part3()) if 3 in parts else None
+            result = run(
+                first if 1 in parts else None,
+                second if 2 in parts else None,
+                workdir,
+                progress.say,
+                args.arms,
+                args.native,
+                third,
+            )
         result["mode"] = state.mode
         result["unsloth"], result["seconds"] = state.unsloth_version, round(time.perf_counter() - started, 1)
         if args.json == "-":

@@ -31,6 +31,8 @@ class Training:
     eval_draws: int = 4  # K keyed draws per held-out row
     eval_batch: int = 8
     padded: bool = False  # every row padded to max_length
+    pad_multiple: int = None  # else each batch padded to a multiple of this (its rows' EOS tails, maskable)
+    schedule: str = "cosine"  # the learning-rate schedule after warm-up
     device: str = "cpu"
     bf16: bool = False  # bf16 autocast (the GPU preset); fp32 otherwise
 
@@ -150,7 +152,8 @@ def _train(arm, train_rows, held, checkpoint, settings, workdir, noise, evaluate
     if evaluate:  # held-out loss under evaluation noise that holds still
         flags.update(diffusion_eval_noise="fixed", diffusion_eval_draws=settings.eval_draws)
     # Every row as long (Part 1): the EOS tail, which is maskable, does not depend on which rows share a batch.
-    padding = {"pad_to_multiple_of": settings.max_length} if settings.padded else {}
+    multiple = settings.max_length if settings.padded else settings.pad_multiple
+    padding = {"pad_to_multiple_of": multiple} if multiple else {}
     with contextlib.redirect_stdout(io.StringIO()):
         model, tokenizer = load_model(checkpoint=checkpoint, device=settings.device)
         args = DiffusionConfig(
@@ -161,7 +164,7 @@ def _train(arm, train_rows, held, checkpoint, settings, workdir, noise, evaluate
             max_steps=settings.steps,
             optim="adamw_torch",
             learning_rate=settings.learning_rate,
-            lr_scheduler_type="cosine",
+            lr_scheduler_type=settings.schedule,
             warmup_steps=settings.warmup_steps,
             max_grad_norm=1.0,
             max_length=settings.max_length,
