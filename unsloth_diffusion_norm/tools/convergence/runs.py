@@ -74,15 +74,19 @@ def model_for(where, tokenizer_folder, settings, seed):
     from .. import docstring_data
 
     return docstring_data.checkpoint(
-        os.path.join(where, f"model-{seed}"),
-        tokenizer_folder,
-        seed=seed,
-        hidden_size=settings.hidden,
-        intermediate_size=settings.intermediate or 2 * settings.hidden,
-        num_hidden_layers=settings.layers,
-        num_attention_heads=settings.heads,
-        max_position_embeddings=settings.max_length,
+        os.path.join(where, f"model-{seed}"), tokenizer_folder, seed=seed, **shape(settings)
     )
+
+
+def shape(settings):
+    """The tiny model's config fields for a Training's model."""
+    return {
+        "hidden_size": settings.hidden,
+        "intermediate_size": settings.intermediate or 2 * settings.hidden,
+        "num_hidden_layers": settings.layers,
+        "num_attention_heads": settings.heads,
+        "max_position_embeddings": settings.max_length,
+    }
 
 
 def parameter_count(checkpoint):

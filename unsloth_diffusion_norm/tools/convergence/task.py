@@ -18,7 +18,7 @@ import dataclasses
 import random
 import zlib
 
-from .runs import MICROBATCH, WINDOW, Arm, Training, train
+from .runs import MICROBATCH, WINDOW, Arm, Training, shape, train
 from .seeds import interval
 
 SYMBOLS, FIRST_WORD, SEPARATOR, FILLER, WIDTH = 10, 10, "w5", "w6", 16
@@ -127,15 +127,7 @@ def checkpoint(where, settings, seed):
     from ...proof.tiny_model import write_tiny_checkpoint
 
     folder = os.path.join(where, f"task-model-{seed}")
-    write_tiny_checkpoint(
-        folder,
-        seed=seed,
-        hidden_size=settings.hidden,
-        intermediate_size=settings.intermediate or 2 * settings.hidden,
-        num_hidden_layers=settings.layers,
-        num_attention_heads=settings.heads,
-        max_position_embeddings=settings.max_length,
-    )
+    write_tiny_checkpoint(folder, seed=seed, **shape(settings))
     return folder
 
 
