@@ -32,6 +32,15 @@ class Case:
     model_config: dict = None  # fields the tiny checkpoint's config gets (e.g. NVIDIA's dp_varying_mask_ratio)
     seed: int = 3  # realized counts differ between micro-batches and between ranks
 
+    def collectives(self, native):
+        """Collectives the library issues per window besides an engine's own traffic. One gather carries the count
+        and the run's metrics; where Unsloth 2026.10.7+ draws the window at its fetch (per-sample noise, or the
+        checkpoint's own DP-varying ratio) its code gathers the count and the metrics take one gather of their own.
+        Rank-local counts exchange nothing."""
+        if not self.average_tokens_across_devices:
+            return 0
+        return 1 + (native and (self.diffusion_noise == "per_sample" or bool(self.model_config)))
+
     def examples(self):
         """The global order: accelerate deals micro-batches round-robin (rank r gets r, r+W, ...)."""
         return [rank[i] for i in range(len(self.per_rank[0])) for rank in self.per_rank]

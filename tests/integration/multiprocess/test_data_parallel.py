@@ -70,11 +70,7 @@ def test_one_count_collective_per_optimizer_step(results):
         spec = CASES[case]
         if not spec.patched:
             continue
-        # Where Unsloth 2026.10.7+ draws the window at its fetch (per-sample noise) its own code gathers the count,
-        # and the run's metrics take one gather of their own; everywhere else one gather carries both.
-        expected = 1 + (NATIVE_RELEASE and (spec.diffusion_noise == "per_sample" or bool(spec.model_config)))
-        expected = expected if spec.average_tokens_across_devices else 0  # rank-local: nothing to exchange
-        assert row["collectives"] == [expected] * len(row["counts"]), case
+        assert row["collectives"] == [spec.collectives(NATIVE_RELEASE)] * len(row["counts"]), case
 
 
 def test_partial_last_window(results):

@@ -5,8 +5,11 @@ order) passes every one-node test and fails here."""
 
 import pytest
 
-from unsloth_diffusion_norm.proof import data_parallel
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.proof import data_parallel, fixtures
 from unsloth_diffusion_norm.proof.dp_cases import CASES
+
+NATIVE_RELEASE = fixtures.expected_mode() == registry.NATIVE
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.multi_node]
 
@@ -45,7 +48,7 @@ def test_every_rank_matches_the_oracle(two_nodes, case):
 
 def test_one_count_collective_per_optimizer_step_over_every_node(two_nodes):
     for case in MULTI_NODE:
-        expected = 1 if CASES[case].average_tokens_across_devices else 0
+        expected = CASES[case].collectives(NATIVE_RELEASE)
         assert all(row["collectives"] == [expected] * len(row["counts"]) for row in two_nodes[case]), case
 
 

@@ -5,8 +5,11 @@ over all ranks' data with the same masks. The tier is marked `sharded` (deselect
 
 import pytest
 
-from unsloth_diffusion_norm.proof import oracle, sharded
+from unsloth_diffusion_norm import registry
+from unsloth_diffusion_norm.proof import fixtures, oracle, sharded
 from unsloth_diffusion_norm.proof.sharded import CASES, ENGINES
+
+NATIVE_RELEASE = fixtures.expected_mode() == registry.NATIVE
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.sharded]
 
@@ -59,8 +62,7 @@ def test_one_count_collective_per_optimizer_step(engine):
     for (case, _), row in engine[1].items():
         spec = CASES[case]
         if spec.patched:
-            expected = 1 if spec.average_tokens_across_devices else 0
-            assert row["collectives"] == [expected] * len(row["counts"]), case
+            assert row["collectives"] == [spec.collectives(NATIVE_RELEASE)] * len(row["counts"]), case
 
 
 def test_partial_last_window(engine):
@@ -88,11 +90,8 @@ def test_resume_from_a_sharded_checkpoint_is_bitwise_the_uninterrupted_run(engin
 
 def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own_on_every_rank(engine):
     """Each case at the default settings also trained under unpatched() (Unsloth's own path) on that rank."""
-    import unsloth_diffusion_norm
-    from unsloth_diffusion_norm import registry
-
     compared = {case: row["upstream_difference"] for (case, _), row in engine[1].items()}
-    if unsloth_diffusion_norm.apply().mode == registry.NATIVE:
+    if NATIVE_RELEASE:
         defaults = [n for n, c in CASES.items() if c.patched and not (c.diffusion_noise or c.model_config)]
         assert {case: compared[case] for case in defaults} == dict.fromkeys(defaults, 0.0), engine[0]
     else:
