@@ -34,21 +34,25 @@ def transfer_counts(length, steps):
 def decode(model, prompt, length, mask_id, steps=STEPS, shift=False):
     """The answer of `length` tokens after `prompt` (a list of ids), decoded by greedy low-confidence remasking in
     min(steps, length) steps; a list of ids. `shift`: position i's logits predict token i + 1."""
+    return decode_rows(model, [prompt], length, mask_id, steps, shift)[0]
+
+
+def decode_rows(model, prompts, length, mask_id, steps=STEPS, shift=False):
+    """`decode` for prompts of one length at once, each row on its own (one forward per step for all of them)."""
     device = next(model.parameters()).device
-    tokens = torch.tensor([list(prompt) + [mask_id] * length], device=device)
-    start = len(prompt)
-    still = torch.ones(length, dtype=torch.bool, device=device)  # (a decoded token may be the mask id itself)
+    tokens = torch.tensor([list(prompt) + [mask_id] * length for prompt in prompts], device=device)
+    start = len(prompts[0])
+    still = torch.ones(len(prompts), length, dtype=torch.bool, device=device)  # (a decoded token may be the mask id)
     for count in transfer_counts(length, max(1, min(steps, length))):
         output = model(input_ids=tokens)
-        logits = (output.logits if hasattr(output, "logits") else output[0])[0].float()
+        logits = (output.logits if hasattr(output, "logits") else output[0]).float()
         if shift:
-            logits = torch.cat([logits[:1], logits[:-1]])
-        masked = still.nonzero()[:, 0]
-        confidence, choice = logits[start + masked].softmax(dim=-1).max(dim=-1)
-        best = confidence.topk(count).indices
-        tokens[0, start + masked[best]] = choice[best]
-        still[masked[best]] = False
-    return tokens[0, start:].tolist()
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        confidence, choice = logits[:, start:].softmax(dim=-1).max(dim=-1)
+        best = confidence.masked_fill(~still, -1.0).topk(count, dim=-1).indices  # (probabilities are >= 0)
+        tokens[:, start:] = tokens[:, start:].scatter(1, best, choice.gather(1, best))
+        still.scatter_(1, best, False)
+    return tokens[:, start:].tolist()
 
 
 def prompts(dataset, count):

@@ -401,6 +401,10 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
         answer = len(example.answer) + 1  # (the EOS that closes it)
         expected = oracle.low_confidence_decode(run.reference_model, example.prompt, answer, MASK_ID, samples.STEPS)
         assert line["tokens"] == expected and len(expected) == answer and len(set(expected)) > 2, (line, expected)
+    # the batched form (Part 3 of the convergence study decodes its held-out rows so): each row on its own
+    given = [HELD[0].prompt, HELD[0].prompt[::-1], [HELD[0].prompt[0]] * len(HELD[0].prompt)]
+    batched = samples.decode_rows(run.reference_model, given, 9, MASK_ID)
+    assert batched == [oracle.low_confidence_decode(run.reference_model, p, 9, MASK_ID, samples.STEPS) for p in given]
     with pytest.raises(ValueError, match="diffusion_eval_samples=2 decodes samples at each evaluation, and this run"):
         _train(diffusion_eval_samples=2, eval_strategy="no")
     # prompts of one's own: tokenized as text, as long an answer as fits (the tiny model's 64 positions)

@@ -1,4 +1,4 @@
-"""Does the fix change the model? python scripts/convergence.py [--quick] [--part 1|2] [--json [FILE]] [--plot FILE]
+"""Does the fix change the model? python scripts/convergence.py [--quick] [--part 1|2|3] [--json [FILE]] [--plot FILE]
 
 Part 1, accumulation invariance (`invariance`): batch B·k at GA 1 against batch B at GA k, with the same tokens
 and masks; the window must stay on the reference to float round-off, per-micro-batch normalization need not.
@@ -6,13 +6,16 @@ Part 2, convergence at the settings users run (`seeds`): global noise, batch 1, 
 objective, per-token bound and masked-token accuracy by noise level (`heldout`, under evaluation noise that holds
 still), each arm's mean and 95 % interval and the paired difference, with `impact`'s share moved beside it.
 Part 3, what a model can do (`task`, --part 3 only): exact-match accuracy on a reversal task the model learns in
-minutes, window against per-micro-batch over paired seeds, by answer length, with the learning curves.
+minutes, every arm against the window over paired seeds, by answer length, with the held-out objective and the
+learning curves; its seeds run side by side in worker processes (--workers), and a results file can grow a chunk
+at a time (--add-to, --minutes: the GPU form).
 Every arm is the real DiffusionTrainer and Trainer.train() (`runs`): AdamW, warm-up then cosine, clipping at
 1.0, fp32 on CPU, a random-initialized model of the tiny model's class at the docstring tokenizer's vocabulary,
 the docstring data set (built here, nothing downloaded) split into train and held-out rows by a fixed seed.
 """
 
 import dataclasses
+import os
 import time
 
 from .. import console
@@ -39,10 +42,10 @@ __all__ = [
 ]
 
 
-def run(part1_settings, part2_settings, workdir, say, arms=None, native=None, part3_settings=None):
-    """The JSON of the parts given settings (None: that part does not run); Part 2 trains `arms` (default: the
-    window and per-micro-batch arms) and adds `native`'s window arm (the JSON of a Part 2 run on a natively
-    fixed release, at the same settings) as a third."""
+def run(part1_settings, part2_settings, workdir, say, arms=None, native=None, part3_settings=None, workers=1):
+    """The JSON of the parts given settings (None: that part does not run); Parts 2 and 3 train `arms` (default:
+    each part's own); Part 2 adds `native`'s window arm (the JSON of a run on a natively fixed release, at the same
+    settings) as a third arm, Part 3 holds its window arm to this run's, seed by seed."""
     from . import seeds
 
     result = {}
@@ -56,7 +59,7 @@ def run(part1_settings, part2_settings, workdir, say, arms=None, native=None, pa
         settings = part2_settings
         say(seeds.describe(settings))
         found, size, (train_rows, tokenizer_folder) = part2(settings, workdir, say, arms or seeds.ARMS)
-        if native is not None:
+        if native is not None and "part2" in native:
             found[seeds.NATIVE] = seeds.native_arms(native, settings)
         result["part2"] = seeds.report(found, size, settings)
         say("impact on the same rows and settings")
@@ -67,8 +70,9 @@ def run(part1_settings, part2_settings, workdir, say, arms=None, native=None, pa
         from . import task
 
         say(task.describe(part3_settings))
-        found, held = task.part3(part3_settings, workdir, say)
-        result["part3"] = task.report(found, held, part3_settings)
+        found = task.part3(part3_settings, workdir, say, arms or task.ARMS, workers)
+        theirs = native if native is not None and "part3" in native else None
+        result["part3"] = task.report(found, part3_settings, theirs)
     return result
 
 
@@ -109,7 +113,7 @@ def draw(result, path):
 
     plt = console.pyplot()
     if "part3" in result and not ("part1" in result or "part2" in result):
-        figure, axes = plt.subplots(1, 2, figsize=(9.6, 3.6))
+        figure, axes = plt.subplots(1, 3, figsize=(14.4, 3.8))
         task.draw(result["part3"], axes)
         figure.tight_layout()
         figure.savefig(path, dpi=100)
@@ -143,7 +147,7 @@ def _arms(text):
 
 
 def _native(path):
-    """The JSON of a Part 2 run on a natively fixed release, read whole before anything runs."""
+    """The JSON of a Part 2 or Part 3 run on a natively fixed release, read whole before anything runs."""
     import argparse
     import json
 
@@ -152,9 +156,10 @@ def _native(path):
             found = json.load(f)
     except (OSError, ValueError) as error:
         raise argparse.ArgumentTypeError(f"cannot read {path}: {error}") from None
-    if found.get("mode") != "native" or "window" not in found.get("part2", {}).get("per_seed", {}):
+    windows = [found.get("part2", {}).get("per_seed", {}), found.get("part3", {}).get("runs", {})]
+    if found.get("mode") != "native" or not any("window" in arms for arms in windows):
         raise argparse.ArgumentTypeError(
-            f"{path} is not a Part 2 run with a window arm on a natively fixed Unsloth (2026.10.7+): "
+            f"{path} is not a Part 2 or 3 run with a window arm on a natively fixed Unsloth (2026.10.7+): "
             f"mode {found.get('mode')!r}"
         )
     return found
@@ -167,6 +172,37 @@ def _cuda():
     import torch
 
     return torch.cuda.is_available()
+
+
+def _device_name():
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+def _positive(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
+    return value
+
+
+def _positive_float(text):
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"a number of minutes above 0, not {text!r}")
+    return value
 
 
 def main(argv=None):
@@ -188,30 +224,56 @@ def main(argv=None):
     parser.add_argument(
         "--gpu",
         action="store_true",
-        help="Part 2 at the CUDA preset (the GPU bench's architecture, bf16, 300 steps, 5 seeds); "
-        "skipped, with the reason, where CUDA is not available",
+        help="Part 2 at the CUDA preset (the GPU bench's architecture, bf16, 300 steps, 5 seeds), or with --part 3 "
+        "Part 3 at a larger model (hidden 256, 4 layers, bf16; with --add-to); skipped, with the reason, where CUDA is "
+        "not available",
     )
     parser.add_argument(
         "--arms",
         type=_arms,
-        help="Part 2's arms to train, comma-separated: window, microbatch (default: both); the lower-variance "
-        "noise arms stratified, complementary, both, and twice (the window at twice the rows per step)",
+        help="the arms to train, comma-separated: window, microbatch (Part 2's default); the lower-variance "
+        "noise arms stratified, complementary, both, and twice (the window at twice the rows per step); Part 3's "
+        "default: window, microbatch, stratified, complementary, twice",
+    )
+    parser.add_argument("--seeds", type=_positive, metavar="N", help="the part's first N seeds only")
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        metavar="N",
+        help="Part 3: runs side by side in N processes of one thread each (default: the CPU cores; the results do "
+        "not depend on it)",
+    )
+    parser.add_argument(
+        "--add-to",
+        type=console.writable,
+        metavar="FILE",
+        help="Part 3: add the runs this results file lacks, seeds in order, until --minutes would pass; the file "
+        "(written after each run) reports the seeds every arm has run, and where and when each chunk ran",
+    )
+    parser.add_argument(
+        "--minutes", type=_positive_float, default=8.0, help="--add-to's time for this chunk (default: 8)"
     )
     parser.add_argument(
         "--native",
         type=_native,
         metavar="FILE",
-        help="add the window arm of this Part 2 JSON, written on Unsloth 2026.10.7+ at the same settings, as a "
-        "third arm (Unsloth's own fix)",
+        help="Part 2: add the window arm of this JSON, written on Unsloth 2026.10.7+ at the same settings, as a "
+        "third arm (Unsloth's own fix); Part 3: hold its window arm to this run's, seed by seed",
     )
     parser.add_argument(
         "--json", nargs="?", const="-", type=console.writable, help="write the numbers to FILE (alone: on stdout)"
     )
     parser.add_argument("--plot", type=console.writable, help="draw the curves into this PNG")
     args = parser.parse_args(argv)
-    parts = (2,) if args.gpu else (args.part,) if args.part else (1, 2)
+    parts = (args.part,) if args.part else (2,) if args.gpu else (1, 2)
     if args.gpu and args.part == 1:
-        parser.error("--gpu is Part 2's preset: leave out --part 1")
+        parser.error("--gpu is Part 2's or Part 3's preset: leave out --part 1")
+    if args.add_to and parts != (3,):
+        parser.error("--add-to grows a Part 3 results file: give --part 3")
+    if args.add_to and (args.json or args.quick or args.seeds or args.native):
+        parser.error("--add-to writes its own file: leave out --json, --quick, --seeds and --native")
+    if args.native is not None and not any(f"part{p}" in args.native for p in parts):
+        parser.error(f"--native: that file holds no Part {' or '.join(map(str, parts))} run")
     try:
         if args.plot and not console.can_plot():
             raise console.Failure(console.NO_PLOT)
@@ -231,9 +293,24 @@ def main(argv=None):
             second = (seeds.GPU_QUICK if args.quick else seeds.GPU) if args.gpu else (QUICK2 if args.quick else Part2())
             if args.native is not None and 2 in parts:  # refused before the training, not after it
                 seeds.native_arms(args.native, second)
-            from .task import QUICK3, Part3
+            from . import task
 
-            third = (QUICK3 if args.quick else Part3()) if 3 in parts else None
+            third = (task.QUICK3 if args.quick else task.GPU3 if args.gpu else task.Part3()) if 3 in parts else None
+            if args.seeds:
+                first, second, third = (
+                    None if s is None else dataclasses.replace(s, seeds=s.seeds[: args.seeds])
+                    for s in (first, second, third)
+                )
+            if args.native is not None and "part3" in args.native and third is not None:
+                task.check_native(args.native, third)
+            if args.add_to:
+                device = _device_name() if args.gpu else "CPU"
+                result = task.grow(
+                    args.add_to, third, workdir, args.minutes, progress.say, args.arms or task.ARMS, device
+                )
+                print(task.render(result["part3"]) if result["part3"]["arms"] else "no seed complete yet")
+                return 0
+            workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
             result = run(
                 first if 1 in parts else None,
                 second if 2 in parts else None,
@@ -242,6 +319,7 @@ def main(argv=None):
                 args.arms,
                 args.native,
                 third,
+                workers,
             )
         result["mode"] = state.mode
         result["unsloth"], result["seconds"] = state.unsloth_version, round(time.perf_counter() - started, 1)

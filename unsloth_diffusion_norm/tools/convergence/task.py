@@ -15,29 +15,35 @@ the answer's true length. Every arm is the real DiffusionTrainer (`runs.train`) 
 initialization, the data order and every noise draw, shared by both arms of a seed."""
 
 import dataclasses
+import hashlib
+import json
+import os
 import random
+import time
 import zlib
 
 from .runs import MICROBATCH, WINDOW, Arm, Training, shape, train
-from .seeds import interval
+from .seeds import COMPLEMENTARY, FLAGS, NAMES, STRATIFIED, TWICE, _label, interval
 
 SYMBOLS, FIRST_WORD, SEPARATOR, FILLER, WIDTH = 10, 10, "w5", "w6", 16
 BINS = ((1, 4), (5, 8), (9, 12), (13, 16))  # answer lengths (symbols, the EOS aside)
-ARMS = (WINDOW, MICROBATCH)
+# The arms, as Part 2 names them: the window and per-micro-batch normalization; the lower-variance noise arms
+# (window-normalized): stratified levels, complementary mask pairs, and the window at twice the rows per step
+# (the pairs' forward compute).
+ARMS = (WINDOW, MICROBATCH, STRATIFIED, COMPLEMENTARY, TWICE)
 # "Learned": the first measured step at this exact-match accuracy or above. Half: past the jump from near 0 % (a run
 # that jumps reaches 80-100 % within 100 steps), below the 87-89 % plateau many runs stay on (the longest answers).
 LEARNED = 0.5
-NAMES = {WINDOW: "window (plugin)", MICROBATCH: "per-micro-batch"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Part3(Training):
-    """Part 3's settings: the documented run; QUICK3 the test's."""
+    """Part 3's settings: the documented run; QUICK3 the test's, GPU3 the larger model on a CUDA device."""
 
     seeds: tuple = (0, 1, 2, 3, 4, 5, 6, 7)
     batch: int = 1
     ga: int = 8
-    steps: int = 1500  # every seed past its jump from near 0 to near 100 % (measured: 300 to 900 steps)
+    steps: int = 1200  # past the jump from near 0 to near 100 % (measured at 2 threads: 300 to 900 steps)
     train_rows: int = 4096
     held_rows: int = 256
     max_length: int = 40
@@ -47,10 +53,16 @@ class Part3(Training):
     warmup_steps: int = 10
     pad_multiple: int = 8
     schedule: str = "constant"
-    every: int = 50  # accuracy measured every so many optimizer steps
+    every: int = 50  # accuracy and the held-out objective measured every so many optimizer steps
+    eval_draws: int = 2  # keyed draws per held-out row for the objective
 
 
 QUICK3 = Part3(seeds=(0,), batch=4, ga=2, steps=700, train_rows=2048, held_rows=64, every=350)
+# The larger model on a CUDA device, bf16 (the GPU preset's habit), measured less often: its seeds are added to a
+# results file a chunk at a time (--add-to), each arm of a seed a unit of its own.
+GPU3 = Part3(
+    seeds=(), hidden=256, layers=4, heads=8, learning_rate=1e-3, every=100, held_rows=128, device="cuda", bf16=True
+)
 
 
 def sequences(seed, count, held):
@@ -91,39 +103,49 @@ def _bin(length):
 
 
 class Accuracy:
-    """runs.train's held_out: exact-match accuracy of the held-out sequences, decoded with the package's decoder."""
+    """runs.train's held_out: exact-match accuracy of the held-out sequences, decoded with the package's decoder,
+    overall and by answer length; beside it the held-out objective (Part 2's, under keyed draws that hold still)."""
 
-    def __init__(self, held):
-        self.held = held
+    def __init__(self, held, draws):
+        from .heldout import HeldOut
+
+        self.held, self.objective = held, HeldOut(draws)
 
     def bind(self, trainer):
         self.tokenizer = trainer.processing_class
         self.mask_id, _ = trainer.diffusion_profile._token_ids(trainer.model, trainer.args)
+        self.objective.bind(trainer)  # (the trainer's eval set: the held-out sequences)
         return self
 
     def measure(self, model):
         import torch
 
-        from ...samples import decode
+        from ...samples import decode_rows
 
-        was_training, hits = model.training, [[] for _ in BINS]
+        was_training, hits, groups = model.training, [[] for _ in BINS], {}
+        for sequence in self.held:  # (decoded together: the sequences of one length, whose prompts are as long)
+            wanted = self.tokenizer(" " + _words(answer(sequence)))["input_ids"] + [self.tokenizer.eos_token_id]
+            given = self.tokenizer(prompt(sequence))["input_ids"]
+            groups.setdefault((len(given), len(wanted)), []).append((sequence, given, wanted))
         model.eval()
         try:
             with torch.no_grad():
-                for sequence in self.held:
-                    wanted = self.tokenizer(" " + _words(answer(sequence)))["input_ids"] + [self.tokenizer.eos_token_id]
-                    got = decode(model, self.tokenizer(prompt(sequence))["input_ids"], len(wanted), self.mask_id)
-                    hits[_bin(len(sequence))].append(got == wanted)
+                for (_, length), group in sorted(groups.items()):
+                    got = decode_rows(model, [given for _, given, _ in group], length, self.mask_id)
+                    for (sequence, _, wanted), row in zip(group, got):
+                        hits[_bin(len(sequence))].append(row == wanted)
         finally:
             model.train(was_training)
         every = [hit for part in hits for hit in part]
-        return {"accuracy": sum(every) / len(every), "by_length": [sum(p) / len(p) if p else None for p in hits]}
+        return {
+            "accuracy": sum(every) / len(every),
+            "by_length": [sum(p) / len(p) if p else None for p in hits],
+            "objective": self.objective.measure(model)["objective"],
+        }
 
 
 def checkpoint(where, settings, seed):
     """The tiny model's class at `seed`'s initialization, its word tokenizer, the study's shape."""
-    import os
-
     from ...proof.tiny_model import write_tiny_checkpoint
 
     folder = os.path.join(where, f"task-model-{seed}")
@@ -131,127 +153,289 @@ def checkpoint(where, settings, seed):
     return folder
 
 
-def part3(settings, workdir, say=print, arms=ARMS):
-    """{arm: [Arm per seed]} and the held-out sequences: every arm of every seed trained and measured."""
+def digest(log):
+    """A fingerprint of a run's training losses and gradient norms, exact to the bit (JSON writes floats as repr)."""
+    steps = [(entry["loss"], entry.get("grad_norm")) for entry in log]
+    return hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:16]
+
+
+def train_arm(settings, seed, name, workdir):
+    """One arm of one seed, at one CPU thread whatever the machine (the learning jump moves with the thread count,
+    so a run does not depend on the cores or the number of workers): {seed, seconds, measured, digest, losses}."""
+    import torch
     from datasets import Dataset
 
-    train_rows = Dataset.from_list(rows(sequences(1, settings.train_rows, held=False)))
-    held = sequences(2, settings.held_rows, held=True)
-    found = {name: [] for name in arms}
-    for seed in settings.seeds:
-        model = checkpoint(workdir, settings, seed)
-        for name in arms:
-            arm = Arm(NAMES[name], settings.batch, settings.ga, name, seed=seed)
-            train(
-                arm,
-                train_rows,
-                None,
-                model,
-                settings,
-                workdir,
-                noise=None,
-                evaluate=False,
-                record_params=False,
-                held_out=Accuracy(held),
-                every=settings.every,
-            )
-            found[name].append(arm)
-            say(f"seed {seed} {NAMES[name]}: accuracy {arm.measured[-1][1]['accuracy']:.3f} ({arm.seconds} s)")
-    return found, held
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        where = os.path.join(workdir, f"{name}-{seed}")
+        train_rows = Dataset.from_list(rows(sequences(1, settings.train_rows, held=False)))
+        held = sequences(2, settings.held_rows, held=True)
+        ga = settings.ga * (2 if name == TWICE else 1)
+        normalization = MICROBATCH if name == MICROBATCH else WINDOW
+        arm = Arm(_label(name), settings.batch, ga, normalization, seed=seed, flags=FLAGS.get(name))
+        train(
+            arm,
+            train_rows,
+            Dataset.from_list(rows(held)),
+            checkpoint(where, settings, seed),
+            settings,
+            where,
+            noise=None,
+            evaluate=False,
+            record_params=False,
+            held_out=Accuracy(held, settings.eval_draws),
+            every=settings.every,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    last = arm.log[-1]["loss"]
+    return {"seed": seed, "seconds": arm.seconds, "measured": arm.measured, "digest": digest(arm.log), "loss": last}
 
 
-def steps_to_learn(arm):
-    """The first measured step at LEARNED accuracy or above; None if the arm never got there."""
-    return next((step for step, found in arm.measured if found["accuracy"] >= LEARNED), None)
+def _start_worker():
+    """A worker process: the plugin, then Unsloth, as users import them (banners dropped)."""
+    from ...proof import fixtures
+
+    fixtures.import_unsloth()
 
 
-def report(found, held, settings):
-    """The JSON: per arm the final accuracy (mean, 95 % interval, seed spread; by length), the steps it took to
-    learn the task, the curve of means; the paired differences of the window arm against the others (final
-    accuracy, steps to learn over the seeds where both learned); the baselines."""
+def part3(settings, workdir, say=print, arms=ARMS, workers=1):
+    """{arm: [run per seed]}: every arm of every seed trained (`train_arm`) and measured; `workers` processes side
+    by side (1: here, in this process)."""
+    jobs = [(seed, name) for seed in settings.seeds for name in arms]
+    workers, found = min(workers, len(jobs)), {}
+
+    def done(job, run):
+        found[job] = run
+        a = run["measured"][-1][1]
+        say(
+            f"seed {job[0]} {job[1]}: accuracy {a['accuracy']:.3f}, objective {a['objective']:.4f} ({run['seconds']} s)"
+        )
+
+    if workers == 1:
+        for seed, name in jobs:
+            done((seed, name), train_arm(settings, seed, name, workdir))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")  # (a fresh interpreter: Unsloth imported as users do)
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker) as pool:
+            futures = {pool.submit(train_arm, settings, seed, name, workdir): (seed, name) for seed, name in jobs}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    return {name: [found[(seed, name)] for seed in settings.seeds] for name in arms}
+
+
+def steps_to_learn(run):
+    """The first measured step at LEARNED accuracy or above; None if the run never got there."""
+    return next((step for step, found in run["measured"] if found["accuracy"] >= LEARNED), None)
+
+
+def _stats(values):
+    return dict(zip(("mean", "low", "high", "sd"), interval(values)))
+
+
+def _final(run, metric):
+    return run["measured"][-1][1][metric]
+
+
+def _paired(ours, theirs):
+    """ours − theirs over paired seeds: final accuracy, final objective, and the steps to learn (over the seeds
+    where both learned)."""
+    out = {
+        metric: _stats([_final(a, metric) - _final(b, metric) for a, b in zip(ours, theirs)])
+        for metric in ("accuracy", "objective")
+    }
+    both = [(steps_to_learn(a), steps_to_learn(b)) for a, b in zip(ours, theirs)]
+    both = [(a, b) for a, b in both if a is not None and b is not None]
+    if both:
+        out["steps"] = {**_stats([a - b for a, b in both]), "seeds": len(both)}
+    return out
+
+
+def complete(runs):
+    """{arm: [run per seed]} over the seeds every arm has run (chunks may leave a seed part-trained), in seed order."""
+    by = {name: {run["seed"]: run for run in rows} for name, rows in runs.items()}
+    seeds = sorted(set.intersection(*(set(found) for found in by.values()))) if by else []
+    return {name: [by[name][seed] for seed in seeds] for name in runs}, seeds
+
+
+def report(runs, settings, native=None):
+    """The JSON: per arm the final accuracy (mean, 95 % interval, seed spread; by length), the held-out objective,
+    the steps it took to learn the task, the curves of means; the paired differences of every arm against the
+    window (and of the pairs against the window at twice the rows: equal forward compute); Unsloth's own fix
+    against the window arm, seed by seed (`native`: a Part 3 JSON run on 2026.10.7+); the baselines; every run."""
+    found, seeds = complete(runs)
     arms = {}
-    for name, runs in found.items():
-        final = [arm.measured[-1][1] for arm in runs]
+    for name, rows in found.items():
+        if not rows:
+            continue
         arms[name] = {
-            "label": NAMES[name],
-            "accuracy": dict(zip(("mean", "low", "high", "sd"), interval([f["accuracy"] for f in final]))),
-            "per_seed": [f["accuracy"] for f in final],
+            "label": _label(name),
+            "accuracy": _stats([_final(r, "accuracy") for r in rows]),
+            "objective": _stats([_final(r, "objective") for r in rows]),
+            "per_seed": [_final(r, "accuracy") for r in rows],
             "by_length": [
-                interval([f["by_length"][k] for f in final if f["by_length"][k] is not None])[0]
+                interval([_final(r, "by_length")[k] for r in rows if _final(r, "by_length")[k] is not None])[0]
                 for k in range(len(BINS))
             ],
             "curve": [
-                (step, interval([arm.measured[i][1]["accuracy"] for arm in runs])[0])
-                for i, (step, _) in enumerate(runs[0].measured)
+                (step, interval([r["measured"][i][1]["accuracy"] for r in rows])[0])
+                for i, (step, _) in enumerate(rows[0]["measured"])
             ],
-            "steps_to_learn": [steps_to_learn(arm) for arm in runs],
-            "per_seed_curves": [[found["accuracy"] for _, found in arm.measured] for arm in runs],
-            "seconds": sum(arm.seconds for arm in runs),
+            "objective_curve": [
+                (step, interval([r["measured"][i][1]["objective"] for r in rows])[0])
+                for i, (step, _) in enumerate(rows[0]["measured"])
+            ],
+            "steps_to_learn": [steps_to_learn(r) for r in rows],
+            "seconds": round(sum(r["seconds"] for r in rows), 1),
         }
     paired = {}
-    if WINDOW in found:
-        for name in found:
+    if arms and WINDOW in arms:
+        for name in arms:
             if name != WINDOW:
-                differences = [
-                    w.measured[i][1]["accuracy"] - o.measured[i][1]["accuracy"]
-                    for w, o in zip(found[WINDOW], found[name])
-                    for i in [len(w.measured) - 1]
-                ]
-                paired[name] = dict(zip(("mean", "low", "high", "sd"), interval(differences)))
-                both = [
-                    (a, b)
-                    for a, b in zip(map(steps_to_learn, found[WINDOW]), map(steps_to_learn, found[name]))
-                    if a is not None and b is not None
-                ]
-                if both:
-                    paired[name]["steps"] = dict(zip(("mean", "low", "high", "sd"), interval([a - b for a, b in both])))
-                    paired[name]["steps"]["seeds"] = len(both)
+                paired[name] = _paired(found[WINDOW], found[name])
+        if COMPLEMENTARY in arms and TWICE in arms:
+            paired["equal_compute"] = _paired(found[TWICE], found[COMPLEMENTARY])
     return {
         "settings": dataclasses.asdict(settings),
+        "seeds": seeds,
         "arms": arms,
         "paired": paired,
-        "baselines": baselines(held),
+        "native": native_check(native, runs) if native is not None else None,
+        "baselines": baselines(sequences(2, settings.held_rows, held=True)),
         "bins": [f"{low}-{high}" for low, high in BINS],
+        "runs": runs,
     }
+
+
+def native_check(native, runs):
+    """Unsloth's own fix (the window arm of a Part 3 run on 2026.10.7+) against this run's window arm, per seed both
+    ran: the training losses bitwise (their digests) and every measurement."""
+    ours = {run["seed"]: run for run in runs.get(WINDOW, [])}
+    seeds = [run for run in native["part3"]["runs"][WINDOW] if run["seed"] in ours]
+    return {
+        "unsloth": native["unsloth"],
+        "seeds": [run["seed"] for run in seeds],
+        "equal_losses": all(run["digest"] == ours[run["seed"]]["digest"] for run in seeds),
+        "equal_measurements": all(
+            json.loads(json.dumps(run["measured"])) == json.loads(json.dumps(ours[run["seed"]]["measured"]))
+            for run in seeds
+        ),
+    }
+
+
+def check_native(native, settings):
+    """Refuses a --native file unless its Part 3 ran at these settings (its seeds may be fewer)."""
+    from ..console import Failure
+
+    theirs = dict(native["part3"]["settings"], seeds=None)
+    ours = dict(json.loads(json.dumps(dataclasses.asdict(settings))), seeds=None)
+    if theirs != ours:
+        differ = sorted(name for name in ours if theirs.get(name) != ours[name])
+        raise Failure(f"--native: that run's Part 3 settings differ from this run's in {', '.join(differ)}")
+
+
+def grow(path, settings, workdir, minutes, say=print, arms=ARMS, device=None):
+    """A chunk of a study that grows: train the next (seed, arm) runs the results file at `path` lacks, seeds in
+    order, until the next would pass `minutes` (judged by the longest run so far), and write the file after each
+    run (a chunk cut short keeps what it finished). The file's report counts the seeds every arm has run; its
+    `chunks` say where, when and how much each chunk added. Returns the file's JSON."""
+    from ..console import Failure, write_json
+
+    found = None
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)
+        if found.get("part3", {}).get("settings", {}) | {"seeds": None} != json.loads(
+            json.dumps(dataclasses.asdict(settings))
+        ) | {"seeds": None}:
+            raise Failure(f"--add-to: {path} holds a Part 3 run at other settings; give another file")
+    runs = found["part3"]["runs"] if found else {}
+    runs = {name: runs.get(name, []) for name in arms}
+    chunks = found.get("chunks", []) if found else []
+    chunk = {"device": device or "cpu", "date": time.strftime("%Y-%m-%d", time.gmtime()), "runs": 0, "seconds": 0}
+    chunks.append(chunk)
+    started, longest = time.time(), max((r["seconds"] for rows in runs.values() for r in rows), default=0)
+    seed = 0
+    while True:
+        todo = [name for name in arms if seed not in {r["seed"] for r in runs[name]}]
+        if not todo:
+            seed += 1
+            continue
+        if time.time() - started + longest > 60 * minutes:
+            break
+        run = train_arm(settings, seed, todo[0], workdir)
+        runs[todo[0]].append(run)
+        longest = max(longest, run["seconds"])
+        chunk["runs"] += 1
+        chunk["seconds"] = round(time.time() - started, 1)
+        found = {"part3": report(runs, settings), "chunks": chunks}
+        write_json(found, path)
+        say(f"seed {seed} {todo[0]}: accuracy {_final(run, 'accuracy'):.3f} ({run['seconds']} s); written to {path}")
+    return found or {"part3": report(runs, settings), "chunks": chunks}
 
 
 def render(part):
     def pct(value):
         return "–" if value is None else f"{100 * value:.1f} %"
 
+    def band(d, scale=100, unit=" points", digits=1):
+        if d["low"] is None:
+            return "–"
+        return f"{scale * d['low']:+.{digits}f} to {scale * d['high']:+.{digits}f}{unit}"
+
     lines = [
         "| arm | accuracy (mean) | 95 % interval | seed spread (sd) | "
         + " | ".join(f"length {b}" for b in part["bins"])
-        + " |",
-        "|---|---|---|---|" + "---|" * len(part["bins"]),
+        + " | held-out objective |",
+        "|---|---|---|---|" + "---|" * len(part["bins"]) + "---|",
     ]
     for arm in part["arms"].values():
-        a = arm["accuracy"]  # (Student's t over bimodal seeds can pass 0 or 100 %: shown within them)
-        band = "–" if a["low"] is None else f"{pct(max(a['low'], 0.0))} – {pct(min(a['high'], 1.0))}"
+        a, o = arm["accuracy"], arm["objective"]  # (Student's t over bimodal seeds can pass 0 or 100 %: clipped)
+        interval_text = "–" if a["low"] is None else f"{pct(max(a['low'], 0.0))} – {pct(min(a['high'], 1.0))}"
         lines.append(
-            f"| {arm['label']} | {pct(a['mean'])} | {band} | {pct(a['sd'])} | "
+            f"| {arm['label']} | {pct(a['mean'])} | {interval_text} | {pct(a['sd'])} | "
             + " | ".join(pct(v) for v in arm["by_length"])
-            + " |"
+            + f" | {o['mean']:.4f} |"
         )
     lines += ["", f"| arm | steps to {100 * LEARNED:.0f} % exact match, per seed |", "|---|---|"]
     for arm in part["arms"].values():
         lines.append(
             f"| {arm['label']} | " + ", ".join("never" if s is None else str(s) for s in arm["steps_to_learn"]) + " |"
         )
+    lines.append("")
     for name, d in part["paired"].items():
-        band = "–" if d["low"] is None else f"{100 * d['low']:+.1f} to {100 * d['high']:+.1f} points"
-        lines.append(f"\nwindow − {NAMES[name]}, final accuracy: {100 * d['mean']:+.1f} points (95 % interval {band})")
-        if "steps" in d:
-            s = d["steps"]
-            band = "–" if s["low"] is None else f"{s['low']:+.0f} to {s['high']:+.0f}"
-            lines.append(
-                f"window − {NAMES[name]}, steps to learn: {s['mean']:+.0f} (95 % interval {band}; "
-                f"{s['seeds']} seeds where both learned)"
+        who = (
+            f"{NAMES[COMPLEMENTARY]} − {NAMES[TWICE]} (equal forward compute)"
+            if name == "equal_compute"
+            else (f"window − {NAMES[name]}")
+        )
+        lines.append(
+            f"{who}: final accuracy {100 * d['accuracy']['mean']:+.1f} points (95 % interval {band(d['accuracy'])}); "
+            f"held-out objective {d['objective']['mean']:+.4f} ({band(d['objective'], 1, '', 4)})"
+            + (
+                f"; steps to learn {d['steps']['mean']:+.0f} ({band(d['steps'], 1, '', 0)}; "
+                f"{d['steps']['seeds']} seeds where both learned)"
+                if "steps" in d
+                else ""
             )
-    curve_steps = [step for step, _ in next(iter(part["arms"].values()))["curve"]]
+        )
+    if part.get("native"):
+        n = part["native"]
+        same = n["equal_losses"] and n["equal_measurements"]
+        lines.append(
+            f"Unsloth's own fix ({n['unsloth']}), window arm, seed {', '.join(map(str, n['seeds']))}: "
+            + ("bitwise the plugin's run (every loss and gradient norm, every measurement)" if same else "DIFFERS")
+        )
+    first = next(iter(part["arms"].values()))
+    curve_steps = [step for step, _ in first["curve"]][:: max(1, len(first["curve"]) // 10)]
     lines += ["", "| arm | " + " | ".join(f"step {s}" for s in curve_steps) + " |", "|---|" + "---|" * len(curve_steps)]
     for arm in part["arms"].values():
-        lines.append(f"| {arm['label']} | " + " | ".join(pct(v) for _, v in arm["curve"]) + " |")
+        by_step = dict(arm["curve"])
+        lines.append(f"| {arm['label']} | " + " | ".join(pct(by_step[s]) for s in curve_steps) + " |")
     lines.append("\nbaselines: " + ", ".join(f"{name} {pct(v)}" for name, v in part["baselines"].items()))
     return "\n".join(lines)
 
@@ -265,20 +449,27 @@ def describe(settings):
 
 
 def draw(part, axes):
-    """Two panels: final accuracy by answer length per arm, and each arm's learning curve (mean over seeds)."""
-    by_length, curves = axes
+    """Three panels: final accuracy by answer length per arm, each arm's learning curve and its held-out objective
+    (means over seeds)."""
+    by_length, curves, objective = axes
     width = 0.8 / len(part["arms"])
     for k, arm in enumerate(part["arms"].values()):
         places = [i + (k - (len(part["arms"]) - 1) / 2) * width for i in range(len(part["bins"]))]
         by_length.bar(places, [100 * (v or 0) for v in arm["by_length"]], width, label=arm["label"])
-        curves.plot([s for s, _ in arm["curve"]], [100 * v for _, v in arm["curve"]], marker="o", label=arm["label"])
+        curves.plot([s for s, _ in arm["curve"]], [100 * v for _, v in arm["curve"]], label=arm["label"])
+        objective.plot(
+            [s for s, _ in arm["objective_curve"]], [v for _, v in arm["objective_curve"]], label=arm["label"]
+        )
     by_length.set_xticks(range(len(part["bins"])), [f"{b} symbols" for b in part["bins"]])
     by_length.set_ylabel("exact match, held-out (%)")
-    by_length.set_title("final accuracy by answer length (mean over seeds)")
-    by_length.legend(fontsize=8)
+    by_length.set_title(f"final accuracy by answer length ({len(part['seeds'])} seeds)")
+    by_length.legend(fontsize=7)
     for value in part["baselines"].values():  # (the trivial answers' accuracy)
         by_length.axhline(100 * value, ls=":", lw=0.8, color="grey")
     curves.set_xlabel("optimizer step")
     curves.set_ylabel("exact match (%)")
     curves.set_title("learning curve (mean over seeds)")
-    curves.legend(fontsize=8)
+    objective.set_xlabel("optimizer step")
+    objective.set_ylabel("held-out objective (nats)")
+    objective.set_yscale("log")
+    objective.set_title("held-out objective (mean over seeds)")
