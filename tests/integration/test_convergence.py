@@ -98,3 +98,32 @@ def test_quick_part3_the_task_is_learned_and_the_arms_train_apart(plugin, tmp_pa
     assert part["arms"][convergence.WINDOW]["steps_to_learn"] == [task.steps_to_learn(window)]
     assert window["digest"] != per_micro_batch["digest"]
     assert "| window (plugin) |" in task.render(part) and "copy the prompt" in task.render(part)
+
+
+@pytest.mark.once
+def test_a_results_file_grows_a_run_at_a_time_and_counts_the_seeds_every_arm_has(plugin, tmp_path):
+    """The GPU form's chunks (--add-to), here on CPU at a few steps: each chunk adds what the file lacks, seeds in
+    order; a seed counts once every arm has it; a run trained in a chunk is the run a whole study trains; a file
+    of other settings is refused and left as it was."""
+    import dataclasses
+    import json
+
+    from unsloth_diffusion_norm.tools import console
+    from unsloth_diffusion_norm.tools.convergence import task
+
+    settings = dataclasses.replace(task.QUICK3, steps=4, every=2, train_rows=64, held_rows=8)
+    path, arms = str(tmp_path / "grown.json"), (convergence.WINDOW, convergence.MICROBATCH)
+    grow = lambda: task.grow(path, settings, str(tmp_path), 1e-6, lambda _: None, arms, "CPU")  # noqa: E731
+    first = grow()
+    assert [run["seed"] for run in first["part3"]["runs"][convergence.WINDOW]] == [0]
+    assert first["part3"]["runs"][convergence.MICROBATCH] == [] and first["part3"]["seeds"] == []
+    second = grow()
+    assert second["part3"]["seeds"] == [0] and [c["runs"] for c in second["chunks"]] == [1, 1]
+    assert second["chunks"][0]["device"] == "CPU" and json.loads((tmp_path / "grown.json").read_text()) == second
+    alone = task.part3(settings, str(tmp_path / "alone"), lambda _: None, arms)
+    assert [r["digest"] for r in second["part3"]["runs"][convergence.WINDOW]] == [
+        alone[convergence.WINDOW][0]["digest"]
+    ]
+    with pytest.raises(console.Failure, match="holds a Part 3 run at other settings"):
+        task.grow(path, dataclasses.replace(settings, steps=6), str(tmp_path), 1e-6, lambda _: None, arms, "CPU")
+    assert json.loads((tmp_path / "grown.json").read_text()) == second

@@ -83,8 +83,71 @@ def test_a_native_arm_is_taken_only_from_a_native_run_at_the_same_settings(tmp_p
     with pytest.raises(console.Failure, match="differ from this run's in steps"):
         seeds.native_arms(json.loads(written.read_text()), dataclasses.replace(settings, steps=4))
     written.write_text(json.dumps({"mode": "patched", "unsloth": "2026.10.6", "part2": part}))
-    with pytest.raises(argparse.ArgumentTypeError, match="not a Part 2 run with a window arm on a natively fixed"):
+    with pytest.raises(argparse.ArgumentTypeError, match="not a Part 2 or 3 run with a window arm on a natively fixed"):
         convergence._native(str(written))
     assert convergence._arms("window") == (WINDOW,)
     with pytest.raises(argparse.ArgumentTypeError, match="arms are window, microbatch"):
         convergence._arms("window,native")
+
+
+def _task_run(seed, accuracies, objective=1.0, digest="d"):
+    """A Part 3 run as train_arm returns it: accuracy measured every 50 steps."""
+    measured = [
+        [50 * i, {"accuracy": a, "by_length": [a, a, None, a], "objective": objective}]
+        for i, a in enumerate(accuracies)
+    ]
+    return {"seed": seed, "seconds": 1.0, "measured": measured, "digest": digest, "loss": 0.5}
+
+
+def test_part3_report_pairs_complete_seeds_and_holds_unsloths_own_fix_to_the_window_arm():
+    from unsloth_diffusion_norm.tools.convergence import task
+
+    settings = task.QUICK3
+    runs = {
+        WINDOW: [
+            _task_run(0, [0.0, 0.6, 0.9], 0.5, "a"),
+            _task_run(1, [0.0, 0.2, 0.7], 0.7, "b"),
+            _task_run(2, [0, 1, 1]),
+        ],
+        MICROBATCH: [_task_run(0, [0.0, 0.1, 0.8], 0.6), _task_run(1, [0.0, 0.0, 0.3], 0.9)],  # seed 2 not yet run
+    }
+    part = task.report(runs, settings)
+    assert part["seeds"] == [0, 1]  # (seed 2 only when every arm has it)
+    window, paired = part["arms"][WINDOW], part["paired"][MICROBATCH]
+    assert window["per_seed"] == [0.9, 0.7] and window["steps_to_learn"] == [50, 100]
+    assert part["arms"][MICROBATCH]["steps_to_learn"] == [100, None]
+    assert paired["accuracy"]["mean"] == pytest.approx(0.25) and paired["objective"]["mean"] == pytest.approx(-0.15)
+    assert paired["steps"] == {**paired["steps"], "mean": -50, "seeds": 1}  # (the seed where both learned)
+    assert window["by_length"][2] is None and window["curve"][1] == (50, pytest.approx(0.4))
+    assert "window − per-micro-batch: final accuracy +25.0 points" in task.render(part)
+    native = {"unsloth": "2026.10.9", "part3": {"runs": {WINDOW: [_task_run(0, [0.0, 0.6, 0.9], 0.5, "a")]}}}
+    assert task.report(runs, settings, native)["native"] == {
+        "unsloth": "2026.10.9",
+        "seeds": [0],
+        "equal_losses": True,
+        "equal_measurements": True,
+    }
+    native["part3"]["runs"][WINDOW][0]["digest"] = "other"
+    assert "DIFFERS" in task.render(task.report(runs, settings, native))
+    assert task.baselines(task.sequences(2, 256, held=True))["copy the prompt"] == pytest.approx(0.16, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--add-to", "x.json"], "--add-to grows a Part 3 results file: give --part 3"),
+        (["--part", "3", "--add-to", "x.json", "--json", "y.json"], "--add-to writes its own file"),
+        (["--part", "3", "--seeds", "0"], "argument --seeds: a whole number of at least 1, not '0'"),
+        (["--part", "3", "--workers", "two"], "argument --workers: a whole number of at least 1, not 'two'"),
+        (["--part", "3", "--add-to", "x.json", "--minutes", "-1"], "argument --minutes: a number of minutes above 0"),
+        (["--part", "4"], "argument --part: invalid choice: 4"),
+        (["--gpu", "--part", "1"], "--gpu is Part 2's or Part 3's preset: leave out --part 1"),
+    ],
+)
+def test_part3_flags_refused_in_one_line(argv, says, capsys):
+    from unsloth_diffusion_norm.tools import convergence
+
+    with pytest.raises(SystemExit) as stopped:
+        convergence.main(argv)
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stopped.value.code == 2 and says in error, error

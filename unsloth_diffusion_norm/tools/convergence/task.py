@@ -237,6 +237,12 @@ def _stats(values):
     return dict(zip(("mean", "low", "high", "sd"), interval(values)))
 
 
+def _mean(values):
+    """The mean of the values measured (None: a bin no held-out sequence fell in)."""
+    found = [v for v in values if v is not None]
+    return interval(found)[0] if found else None
+
+
 def _final(run, metric):
     return run["measured"][-1][1][metric]
 
@@ -277,10 +283,7 @@ def report(runs, settings, native=None):
             "accuracy": _stats([_final(r, "accuracy") for r in rows]),
             "objective": _stats([_final(r, "objective") for r in rows]),
             "per_seed": [_final(r, "accuracy") for r in rows],
-            "by_length": [
-                interval([_final(r, "by_length")[k] for r in rows if _final(r, "by_length")[k] is not None])[0]
-                for k in range(len(BINS))
-            ],
+            "by_length": [_mean([_final(r, "by_length")[k] for r in rows]) for k in range(len(BINS))],
             "curve": [
                 (step, interval([r["measured"][i][1]["accuracy"] for r in rows])[0])
                 for i, (step, _) in enumerate(rows[0]["measured"])
@@ -340,7 +343,7 @@ def check_native(native, settings):
 
 def grow(path, settings, workdir, minutes, say=print, arms=ARMS, device=None):
     """A chunk of a study that grows: train the next (seed, arm) runs the results file at `path` lacks, seeds in
-    order, until the next would pass `minutes` (judged by the longest run so far), and write the file after each
+    order, one at least, until the next would pass `minutes` (judged by the longest run so far); write it after each
     run (a chunk cut short keeps what it finished). The file's report counts the seeds every arm has run; its
     `chunks` say where, when and how much each chunk added. Returns the file's JSON."""
     from ..console import Failure, write_json
@@ -365,7 +368,7 @@ def grow(path, settings, workdir, minutes, say=print, arms=ARMS, device=None):
         if not todo:
             seed += 1
             continue
-        if time.time() - started + longest > 60 * minutes:
+        if chunk["runs"] and time.time() - started + longest > 60 * minutes:  # (a chunk adds one run at least)
             break
         run = train_arm(settings, seed, todo[0], workdir)
         runs[todo[0]].append(run)
