@@ -151,3 +151,21 @@ def test_part3_flags_refused_in_one_line(argv, says, capsys):
         convergence.main(argv)
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert stopped.value.code == 2 and says in error, error
+
+
+def test_the_page_shows_part3_as_its_results_file_renders_and_unsloths_own_fix_equal():
+    """docs/convergence.md's Part 3 output is docs/convergence-task.json rendered now (a change of the report
+    shows here), over 8 seeds every arm ran, with Unsloth's own fix bitwise the window arm."""
+    import json
+    import pathlib
+
+    from unsloth_diffusion_norm.tools import convergence
+
+    docs = pathlib.Path(__file__).parents[2] / "docs"
+    result = json.loads((docs / "convergence-task.json").read_text())
+    assert "```\n" + convergence.render_all(result).strip() + "\n```" in (docs / "convergence.md").read_text()
+    part = result["part3"]
+    assert part["seeds"] == list(range(8)) and set(part["arms"]) == {WINDOW, MICROBATCH, *seeds.LOWER_VARIANCE} - {
+        seeds.BOTH
+    }
+    assert part["native"] == {"unsloth": "2026.10.9", "seeds": [0], "equal_losses": True, "equal_measurements": True}
