@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint dist wheel-check docs-outputs matrix mutation convergence clean
+.PHONY: setup reproduce test test-fast lint dist wheel-check docs-outputs matrix mutation convergence fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -90,6 +90,12 @@ convergence: setup
 		--json docs/convergence-task-native.json
 	$(RUN) $(BIN)/python scripts/convergence.py --part 3 --native docs/convergence-task-native.json \
 		--plot docs/convergence-task.png --json docs/convergence-task.json
+
+# The fuzzer (tests/integration/test_fuzz.py, whose bounded share every `make test` and matrix leg runs) for
+# FUZZ_MINUTES: rounds of fresh random configurations against the oracle and random bad input; prints the counts.
+FUZZ_MINUTES ?= 10
+fuzz: setup
+	$(RUN) $(BIN)/python scripts/fuzz.py --minutes $(FUZZ_MINUTES)
 
 # Mutation testing of the core (several hours on 2 cores; not in CI): mutmut and the fresh-interpreter /
 # launched-rank pass here, then the dense and native legs for what no test reached here; writes

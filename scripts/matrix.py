@@ -54,6 +54,7 @@ OLD_STACK = (
     "tests/integration/test_field.py",
     "tests/integration/test_oracle_cases.py",
     "tests/integration/test_noise.py",
+    "tests/integration/test_fuzz.py",
 )
 
 LEGS = [
@@ -89,7 +90,11 @@ LEGS = [
         "5.17.0",
         "1.15.0",
         "dense shape (files identical to 2026.10.4): recognition and patches",
-        paths=("tests/integration/test_release.py", "tests/integration/test_activation.py"),
+        paths=(
+            "tests/integration/test_release.py",
+            "tests/integration/test_activation.py",
+            "tests/integration/test_fuzz.py",
+        ),
     ),
     Leg(
         "2026.10.6",
@@ -181,7 +186,7 @@ def build(leg, where, log):
         f"transformers=={leg.transformers}",
         f"trl=={leg.trl}",
         "torch==2.13.0",
-        *pinned("wrapt", "pytest", "pytest-xdist"),
+        *pinned("wrapt", "pytest", "pytest-xdist", "hypothesis"),
     ]
     sharded = os.path.join(ROOT, "requirements-sharded.txt")
     stamped = pins + ([open(sharded).read()] if leg.sharded else [])

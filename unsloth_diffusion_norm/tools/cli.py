@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import re
 import sys
 
 from .. import __version__
@@ -38,6 +39,8 @@ from .console import writable as _writable
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print the whole usage; one line says it
+        # (argparse quotes unrecognized arguments as they are: a newline in one would break the line)
+        message = re.sub(r"[\x00-\x1f\x7f]", lambda control: repr(control.group())[1:-1], message)
         raise Failure(f"{self.prog}: {message} (see {self.prog} --help)", USAGE)
 
 

@@ -1,0 +1,112 @@
+"""Random configurations against the oracle, random bad input against every flag and every command-line option
+(Hypothesis; proof/fuzz.py). Deterministic here: derandomized, a bounded number of examples per matrix leg, no
+example database. `make fuzz` runs the same checks for as long as it is given (scripts/fuzz.py)."""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from unsloth_diffusion_norm.proof import fuzz
+
+# Examples per test: the CI share (about 90 s a leg); scripts/fuzz.py runs rounds of fresh ones until its time is up.
+CONFIGURATIONS = int(os.environ.get("UDN_FUZZ_CONFIGURATIONS", "16"))
+BAD_INPUTS = int(os.environ.get("UDN_FUZZ_BAD_INPUTS", "400"))
+
+
+def budget(examples):
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+
+
+@budget(CONFIGURATIONS)
+@given(fuzz.configurations())
+def test_a_random_configuration_trains_as_the_oracle_says(configuration):
+    import unsloth_diffusion_norm
+
+    unsloth_diffusion_norm.apply()
+    missed = fuzz.check(configuration)
+    assert not missed, f"{configuration.describe()}: windows {missed}"
+
+
+@budget(BAD_INPUTS)
+@given(flag=fuzz.flag_values(), text=fuzz.texts())
+def test_a_random_flag_value_is_taken_or_refused_in_one_line_from_a_command_line_yaml_or_python(flag, text, tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    import unsloth_diffusion_norm
+
+    unsloth_diffusion_norm.apply()
+    with tempfile.TemporaryDirectory(dir=tmp_path) as where:
+        fuzz.check_flag(flag, text, Path(where))
+
+
+def _options():
+    """(subcommand, option) of every option of every subcommand of the command line."""
+    import argparse
+
+    from unsloth_diffusion_norm.tools import cli
+
+    parser = cli._parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [
+        (name, option)
+        for name, sub in commands.choices.items()
+        for action in sub._actions
+        for option in action.option_strings[-1:]
+        if option != "--help"
+    ]
+
+
+def command_line_holds(argv, where):
+    """A random command line: parsed, or refused in one line (exit 2); nothing left in `where`, the directory it
+    runs in (an output path is checked by writing it, and removed)."""
+    import contextlib
+
+    from unsloth_diffusion_norm.tools import cli, console
+
+    try:
+        with contextlib.chdir(where):
+            cli._parser().parse_args(argv)
+    except console.Failure as failure:
+        assert failure.code == 2 and "\n" not in str(failure), (argv, str(failure))
+    assert not list(where.iterdir()), argv
+
+
+@budget(BAD_INPUTS)
+@given(argv=fuzz.option_values(_options()))
+def test_a_random_command_line_is_parsed_or_refused_in_one_line(argv, tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(dir=tmp_path) as where:
+        command_line_holds(argv, Path(where))
+
+
+def test_found_by_the_fuzzer_an_unrecognized_argument_with_a_newline_is_still_one_line(tmp_path):
+    """Shrunk by Hypothesis from a random command line: argparse quoted the stray argument as it was, and the
+    newline in it split the error over two lines."""
+    from unsloth_diffusion_norm.tools import cli, console
+
+    with pytest.raises(console.Failure) as refused:
+        cli._parser().parse_args(["bench", "--quick", "\n"])
+    assert str(refused.value) == (
+        "unsloth-diffusion-norm: unrecognized arguments: \\n (see unsloth-diffusion-norm --help)"
+    )
+    command_line_holds(["bench", "--quick", "\n"], tmp_path)
+
+
+@pytest.mark.parametrize("argv", [["--part", "3", "--seeds"], ["--arms", ""], ["--minutes", "nan"]])
+def test_the_study_s_options_refused_before_anything_runs(argv, capsys):
+    from unsloth_diffusion_norm.tools import convergence
+
+    with pytest.raises(SystemExit) as exited:
+        convergence.main(argv)
+    assert exited.value.code == 2 and len(fuzz.one_line(capsys.readouterr().err)) == 1

@@ -1,0 +1,260 @@
+"""Random configurations against the oracle: a whole run's settings drawn from the supported space (Hypothesis),
+trained through the real DiffusionTrainer on the tiny model (`experiment.train`), every window judged by the oracle
+as the hand-picked cases are (`judging.judge`: the logged loss, every gradient, the parameters after the step).
+
+The space: examples (prompt 1-4 tokens; answer 0-14 tokens, with or without its EOS: one-token answers, micro-batches
+without a supervised token), batch 1-3 (right padding), GA 1-3 and a partial last window, the seed, global or
+per-sample noise, stratified levels, complementary mask pairs, `eps` near 0, in the middle and near 1, 1/p weighting
+or none, clipping, `max_length` cutting answers, full fine-tuning or LoRA (the fused and the dense head path), and
+NVIDIA's profile or LLaDA's opted into the window. Combinations the plugin refuses by design (stratified levels
+without per-sample noise) are not drawn; anything else a run raises is a finding.
+
+hypothesis is a test-time dependency, imported by `configurations` only."""
+
+from dataclasses import asdict, dataclass
+
+from . import experiment, judging
+from .fixtures import Example
+
+EPS = (1e-3, 0.02, 0.5, 0.98)  # NVIDIA's floor, near 0, the middle, near 1
+PROMPT, ANSWER = range(10, 20), range(20, 90)  # token ids: prompts, answers (clear of EOS, PAD and MASK)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One drawn run: its examples as (prompt, answer, eos) and its settings."""
+
+    examples: tuple  # ((prompt ids), (answer ids), eos)
+    batch_size: int = 1
+    gradient_accumulation_steps: int = 2
+    seed: int = 0
+    per_sample: bool = False
+    stratified: bool = False
+    complementary: bool = False
+    eps: float = 1e-3
+    inverse_t: bool = True
+    max_grad_norm: float = 0.0
+    max_length: int = None
+    lora: str = None  # None, "frozen-head" (the fused-head path) or "saved-head" (dense logits)
+    llada: bool = False  # LLaDA's profile on the tiny model, opted into the window
+
+    def settings(self):
+        """experiment.train's keywords."""
+        found = dict(
+            batch_size=self.batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            seed=self.seed,
+            lora=self.lora,
+            diffusion_eps=self.eps,
+            max_grad_norm=self.max_grad_norm,
+        )
+        if self.per_sample:
+            found["diffusion_noise"] = "per_sample"
+        if self.stratified:
+            found["diffusion_t_sampler"] = "stratified"
+        if self.complementary:
+            found["diffusion_complementary_masks"] = True
+        if not self.inverse_t:
+            found["diffusion_time_weighting"] = "none"
+        if self.max_length is not None:
+            found["max_length"] = self.max_length
+        if self.llada:
+            from unsloth.models.diffusion_profiles import diffusion_profiles
+
+            found["diffusion_profile"] = next(p for p in diffusion_profiles() if p.name == "llada")
+            found["diffusion_loss_normalization"] = "window"
+        return found
+
+    def judged(self):
+        return judging.OracleSettings(
+            eps=self.eps, inverse_t=self.inverse_t, max_grad_norm=self.max_grad_norm, complementary=self.complementary
+        )
+
+    def rows(self):
+        return [Example(list(prompt), list(answer), eos) for prompt, answer, eos in self.examples]
+
+    def describe(self):
+        """One line: the settings that differ from the defaults, and the answers' lengths."""
+        plain = Configuration(examples=())
+        changed = {k: v for k, v in asdict(self).items() if k != "examples" and v != getattr(plain, k)}
+        lengths = [len(answer) + eos for _, answer, eos in self.examples]
+        return f"{len(self.examples)} examples, supervised lengths {lengths}; " + (
+            ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "defaults"
+        )
+
+
+def configurations():
+    """The Hypothesis strategy of Configurations."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw):
+        batch = draw(st.integers(1, 3))
+        ga = draw(st.integers(1, 3))
+        windows = draw(st.integers(1, 2))
+        count = draw(st.integers(max(1, batch * ga * (windows - 1) + 1), batch * ga * windows))  # (a partial last)
+        example = st.tuples(
+            st.lists(st.sampled_from(PROMPT), min_size=1, max_size=4).map(tuple),
+            st.lists(st.sampled_from(ANSWER), min_size=0, max_size=14).map(tuple),
+            st.booleans(),
+        )  # (an empty answer with its EOS: a one-token answer; without: no supervised token)
+        # (a data set with no supervised token at all is no training run: TRL drops such rows, then has none)
+        supervised = lambda rows: any(answer or eos for _, answer, eos in rows)  # noqa: E731
+        examples = tuple(draw(st.lists(example, min_size=count, max_size=count).filter(supervised)))
+        per_sample = draw(st.booleans())
+        return Configuration(
+            examples=examples,
+            batch_size=batch,
+            gradient_accumulation_steps=ga,
+            seed=draw(st.integers(0, 2**16)),
+            per_sample=per_sample,
+            stratified=per_sample and draw(st.booleans()),  # (keyed levels: per-sample noise only)
+            complementary=draw(st.booleans()),
+            eps=draw(st.sampled_from(EPS)),
+            inverse_t=draw(st.booleans()),
+            max_grad_norm=draw(st.sampled_from((0.0, 0.5, 1.0))),
+            max_length=draw(st.one_of(st.none(), st.integers(4, 16))),
+            lora=draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
+            llada=draw(st.booleans()),
+        )
+
+    return draw()
+
+
+def check(configuration):
+    """Train the configuration and judge every window: [(window, Verdict)] of the windows that miss (empty: it
+    holds)."""
+    run = experiment.train(configuration.rows(), **configuration.settings())
+    judged = configuration.judged()
+    verdicts = [judging.judge(run, window, judged) for window in run.windows]
+    return [(i, verdict) for i, verdict in enumerate(verdicts) if not verdict.ok]
+
+
+# --- bad input -------------------------------------------------------------------------------------------------
+
+
+def flag_values():
+    """(field, value) pairs: every flag with what a user might write there, from Python or YAML (None, booleans,
+    numbers with NaN and infinities, texts, lists) or one of its own values."""
+    from hypothesis import strategies as st
+
+    from .. import config
+
+    own = [v for flag in config.FIELDS.values() for v in getattr(flag, "choices", ())]
+    values = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(),
+        st.text(max_size=12),
+        st.sampled_from(own + ["None", "none", "True", "false", "0", "-1", "1e3", " window", "８"]),
+        st.lists(st.one_of(st.text(max_size=6), st.integers(), st.none()), max_size=3),
+    )
+    return st.tuples(st.sampled_from(sorted(config.FIELDS)), values)
+
+
+def texts():
+    """What a command line can carry: any text, or one shaped like a number or an option."""
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        st.text(max_size=12),
+        st.integers(-(2**70), 2**70).map(str),
+        st.floats().map(str),
+        st.sampled_from(["-1", "--", "-x", "None", "", " ", "１２", "²", "nan", "inf", "1e999", "True"]),
+    )
+
+
+def one_line(said):
+    """The lines of stderr that say an error (argparse prints its usage above its one 'PROG: error: ...' line)."""
+    return [line for line in said.splitlines() if "error:" in line]
+
+
+def parse_flag(parser, argv):
+    """A command line through a transformers / TRL parser: 'accepted'; or 'refused': exit 2 with one error line
+    (a value its flag refuses), or a ValueError of one line naming the package (flags that contradict each other,
+    checked when the parser builds DiffusionConfig; examples/train.py prints it as one line and exits 2).
+    AssertionError for anything else (another exception escapes)."""
+    import contextlib
+    import io
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parser(argv)
+    except SystemExit as exited:
+        assert exited.code == 2 and len(one_line(said.getvalue())) == 1, (argv, exited.code, said.getvalue())
+        return "refused"
+    except ValueError as error:
+        refused_in_one_line(error)
+        return "refused"
+    return "accepted"
+
+
+def refused_in_one_line(error):
+    message = str(error)
+    assert "\n" not in message and message.startswith("unsloth_diffusion_norm: "), message
+
+
+def python_flag(parse_dict, settings):
+    """Settings given from Python (a dict, as parse_dict and a YAML file's values give them): 'accepted', or
+    'refused' (ValueError of one line naming the package); anything else escapes."""
+    try:
+        parse_dict(settings)
+    except ValueError as error:
+        refused_in_one_line(error)
+        return "refused"
+    return "accepted"
+
+
+def option_values(options):
+    """Command lines: a subcommand and up to three of its options (from `options`, (subcommand, option) pairs),
+    each followed by a random text or by nothing."""
+    from hypothesis import strategies as st
+
+    by_command = {}
+    for command, option in options:
+        by_command.setdefault(command, []).append(option)
+
+    @st.composite
+    def draw(draw):
+        command = draw(st.sampled_from(sorted(by_command)))
+        argv = [command]
+        for option in draw(st.lists(st.sampled_from(by_command[command]), max_size=3)):
+            argv += [option] + draw(st.lists(texts(), max_size=1))
+        return argv
+
+    return draw()
+
+
+def parsers():
+    """The parsers a user's script builds: transformers' HfArgumentParser, and TRL's TrlParser (YAML configs)."""
+    from transformers import HfArgumentParser
+    from trl import ModelConfig, ScriptArguments, TrlParser
+    from unsloth.models.diffusion_trainer import DiffusionConfig
+
+    return HfArgumentParser(DiffusionConfig), TrlParser((ScriptArguments, DiffusionConfig, ModelConfig))
+
+
+CPU = ["--bf16", "False", "--use_cpu", "True"]
+
+
+def check_flag(flag, text, where):
+    """One flag's random value from a command line (`text`), from Python and from a YAML file (`flag`'s value):
+    each taken, or refused in one line (exit 2, or ValueError naming the package); nothing written under
+    `where` (an empty directory) but the YAML file. AssertionError, or the exception that escaped, otherwise."""
+    import json
+    import math
+
+    hf, trl = parsers()
+    field, value = flag
+    run = where / "run"
+    parse_flag(hf.parse_args_into_dataclasses, ["--output_dir", str(run), f"--{field}", text, *CPU])
+    python_flag(hf.parse_dict, {"output_dir": str(run), field: value, "bf16": False, "use_cpu": True})
+    exact = not (isinstance(value, float) and not math.isfinite(value))
+    written = json.dumps(value) if exact else {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[repr(value)]
+    path = where / "config.yaml"  # (JSON is YAML: the value written exactly)
+    path.write_text(f"dataset_name: local\noutput_dir: {run}\n{field}: {written}\nbf16: false\nuse_cpu: true\n")
+    parse_flag(trl.parse_args_and_config, ["--config", str(path)])
+    path.unlink()
+    assert not list(where.iterdir()), list(where.iterdir())  # nothing written for a run that never started
