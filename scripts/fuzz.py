@@ -47,6 +47,9 @@ def main(argv=None):
     from unsloth_diffusion_norm.proof import fixtures, fuzz
 
     fixtures.import_unsloth(banners=sys.stderr)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # (a bar per loaded model)
     unsloth_diffusion_norm.apply()
     import test_fuzz  # the checks the suite runs, here at random seeds
 

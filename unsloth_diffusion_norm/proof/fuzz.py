@@ -98,8 +98,15 @@ def configurations():
             st.lists(st.sampled_from(ANSWER), min_size=0, max_size=14).map(tuple),
             st.booleans(),
         )  # (an empty answer with its EOS: a one-token answer; without: no supervised token)
-        # (a data set with no supervised token at all is no training run: TRL drops such rows, then has none)
-        supervised = lambda rows: any(answer or eos for _, answer, eos in rows)  # noqa: E731
+        max_length = draw(st.one_of(st.none(), st.integers(4, 16)))
+
+        # A data set without a supervised token left after truncation is no training run: TRL drops such rows, then
+        # Trainer refuses the empty data set (found by the fuzzer; not the plugin's to judge).
+        def supervised(rows):
+            return any(
+                (answer or eos) and (max_length is None or len(prompt) < max_length) for prompt, answer, eos in rows
+            )
+
         examples = tuple(draw(st.lists(example, min_size=count, max_size=count).filter(supervised)))
         per_sample = draw(st.booleans())
         return Configuration(
@@ -113,7 +120,7 @@ def configurations():
             eps=draw(st.sampled_from(EPS)),
             inverse_t=draw(st.booleans()),
             max_grad_norm=draw(st.sampled_from((0.0, 0.5, 1.0))),
-            max_length=draw(st.one_of(st.none(), st.integers(4, 16))),
+            max_length=max_length,
             lora=draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
             llada=draw(st.booleans()),
         )
