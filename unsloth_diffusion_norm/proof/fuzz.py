@@ -37,6 +37,9 @@ class Configuration:
     max_length: int = None
     lora: str = None  # None, "frozen-head" (the fused-head path) or "saved-head" (dense logits)
     llada: bool = False  # LLaDA's profile on the tiny model, opted into the window
+    # After training, a keyed evaluation (diffusion_eval_noise="fixed") of `held` with this many draws; None: none.
+    eval_draws: int = None
+    held: tuple = ()  # eval examples, as `examples`
 
     def settings(self):
         """experiment.train's keywords."""
@@ -58,6 +61,12 @@ class Configuration:
             found["diffusion_time_weighting"] = "none"
         if self.max_length is not None:
             found["max_length"] = self.max_length
+        if self.eval_draws is not None:
+            found.update(
+                diffusion_eval_noise="fixed",
+                diffusion_eval_draws=self.eval_draws,
+                eval_examples=[Example(list(p), list(a), e) for p, a, e in self.held],
+            )
         if self.llada:
             from unsloth.models.diffusion_profiles import diffusion_profiles
 
@@ -76,7 +85,7 @@ class Configuration:
     def describe(self):
         """One line: the settings that differ from the defaults, and the answers' lengths."""
         plain = Configuration(examples=())
-        changed = {k: v for k, v in asdict(self).items() if k != "examples" and v != getattr(plain, k)}
+        changed = {k: v for k, v in asdict(self).items() if k not in ("examples", "held") and v != getattr(plain, k)}
         lengths = [len(answer) + eos for _, answer, eos in self.examples]
         return f"{len(self.examples)} examples, supervised lengths {lengths}; " + (
             ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "defaults"
@@ -123,18 +132,41 @@ def configurations():
             max_length=max_length,
             lora=draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
             llada=draw(st.booleans()),
+            eval_draws=draw(st.sampled_from((None, None, 1, 2, 3))),
+            held=tuple(draw(st.lists(example, min_size=1, max_size=3))),
         )
 
     return draw()
 
 
 def check(configuration):
-    """Train the configuration and judge every window: [(window, Verdict)] of the windows that miss (empty: it
-    holds)."""
+    """Train the configuration and judge every window; then, where it asks for one, its keyed evaluation: the eval
+    loss, the spread between draws, the accuracy and the masked CE by noise level, each against the oracle's with
+    the keyed masks realized. [(what, verdict)] of what misses (empty: it holds)."""
+    from . import oracle
+
     run = experiment.train(configuration.rows(), **configuration.settings())
     judged = configuration.judged()
-    verdicts = [judging.judge(run, window, judged) for window in run.windows]
-    return [(i, verdict) for i, verdict in enumerate(verdicts) if not verdict.ok]
+    missed = [(i, v) for i, v in enumerate(judging.judge(run, window, judged) for window in run.windows) if not v.ok]
+    if configuration.eval_draws is None:
+        return missed
+    metrics = {}
+    loss, seen = experiment.evaluate(run.trainer, seed=None, metrics=metrics)
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    keyed = judging.keyed_evaluation(
+        seen, configuration.seed, draws=configuration.eval_draws, batch_size=configuration.batch_size
+    )
+    expected = judging.expected_fixed_evaluation_loss(run.reference_model, keyed, judged)
+    if abs(loss - expected) > oracle.tolerance(expected):
+        missed.append(("eval_loss", (loss, expected)))
+    if configuration.eval_draws > 1:
+        spread, _ = judging.expected_draw_spread(run.reference_model, keyed, judged)
+        if abs(metrics["eval_loss_draw_std"] - spread) > oracle.tolerance(spread):
+            missed.append(("eval_loss_draw_std", (metrics["eval_loss_draw_std"], spread)))
+    scores = judging.expected_evaluation_scores(run.reference_model, keyed, judged)
+    if judging.scores_error(metrics, scores) > 1:
+        missed.append(("eval scores", (metrics, scores)))
+    return missed
 
 
 # --- bad input -------------------------------------------------------------------------------------------------

@@ -218,9 +218,10 @@ def scores_error(logged, expected):
 def expected_fixed_evaluation_loss(model, keyed, settings=None):
     """The oracle's loss of a keyed evaluation: each batch, each draw, by the family's own normalization of one
     batch (Nemotron and Dream: its masked tokens; LLaDA: answer lengths); the mean over a batch's draws, then
-    over the batches (Trainer's mean over equally sized batches)."""
+    over the batches, each weighed by its rows (Trainer repeats a batch's loss once per row: a last, smaller batch
+    weighs less)."""
     settings = settings or OracleSettings()
-    per_batch = []
+    per_batch, rows = [], []
     for draws in keyed:
         losses = []
         for batch in draws:
@@ -232,4 +233,5 @@ def expected_fixed_evaluation_loss(model, keyed, settings=None):
                 )
             losses.append(loss.item())
         per_batch.append(sum(losses) / len(losses))
-    return sum(per_batch) / len(per_batch)
+        rows.append(draws[0]["input_ids"].shape[0])
+    return sum(loss * n for loss, n in zip(per_batch, rows)) / sum(rows)
