@@ -103,6 +103,20 @@ def test_found_by_the_fuzzer_an_unrecognized_argument_with_a_newline_is_still_on
     command_line_holds(["bench", "--quick", "\n"], tmp_path)
 
 
+def test_found_by_the_fuzzer_a_last_smaller_eval_batch_weighs_by_its_rows():
+    """Shrunk from a random configuration: three eval examples at batch 2 are a batch of two and one of one, and
+    Trainer weighs each batch's loss by its rows; the oracle took the plain mean of the batches, and missed."""
+    import unsloth_diffusion_norm
+
+    unsloth_diffusion_norm.apply()
+    answers = ((10, 11), (20, 21, 22), True), ((12,), (30, 31), True)
+    held = ((13, 11), (40, 41, 42, 43), True), ((14,), (44,), True), ((15, 16), (45, 46, 47), False)
+    configuration = fuzz.Configuration(
+        answers * 2, batch_size=2, gradient_accumulation_steps=1, eval_draws=2, held=held
+    )
+    assert fuzz.check(configuration) == []
+
+
 @pytest.mark.parametrize("argv", [["--part", "3", "--seeds"], ["--arms", ""], ["--minutes", "nan"]])
 def test_the_study_s_options_refused_before_anything_runs(argv, capsys):
     from unsloth_diffusion_norm.tools import convergence
