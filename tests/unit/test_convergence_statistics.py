@@ -137,8 +137,8 @@ def test_part3_report_pairs_complete_seeds_and_holds_unsloths_own_fix_to_the_win
     [
         (["--add-to", "x.json"], "--add-to grows a Part 3 results file: give --part 3"),
         (["--part", "3", "--add-to", "x.json", "--json", "y.json"], "--add-to writes its own file"),
-        (["--part", "3", "--seeds", "0"], "argument --seeds: a whole number of at least 1, not '0'"),
-        (["--part", "3", "--workers", "two"], "argument --workers: a whole number of at least 1, not 'two'"),
+        (["--part", "3", "--seeds", "0"], "argument --seeds: must be a whole number of at least 1, not '0'"),
+        (["--part", "3", "--workers", "two"], "argument --workers: must be a whole number of at least 1, not 'two'"),
         (["--part", "3", "--add-to", "x.json", "--minutes", "-1"], "argument --minutes: a number of minutes above 0"),
         (["--part", "4"], "argument --part: invalid choice: 4"),
         (["--gpu", "--part", "1"], "--gpu is Part 2's or Part 3's preset: leave out --part 1"),

@@ -34,6 +34,7 @@ from .console import (
     scratch_space,
     write_json,
 )
+from .console import positive_int as _positive_int
 from .console import writable as _writable
 
 
@@ -42,16 +43,6 @@ class _Parser(argparse.ArgumentParser):
         # (argparse quotes unrecognized arguments as they are: a newline in one would break the line)
         message = re.sub(r"[\x00-\x1f\x7f]", lambda control: repr(control.group())[1:-1], message)
         raise Failure(f"{self.prog}: {message} (see {self.prog} --help)", USAGE)
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
 
 
 def _seed(text):

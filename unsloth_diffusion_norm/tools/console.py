@@ -101,6 +101,17 @@ def write_json(value, path):
         raise Failure(f"cannot write {path!r}: {error.strerror}", UNWRITABLE) from None
 
 
+def positive_int(text):
+    """An argparse type: a whole number of at least 1 (the commands' and the study's counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
 def writable(text):
     """A file path this process can write, checked before any long run starts ('' passes: no file)."""
     if text:

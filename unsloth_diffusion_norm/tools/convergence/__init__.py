@@ -180,18 +180,6 @@ def _device_name():
     return torch.cuda.get_device_name(0)
 
 
-def _positive(text):
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
-    return value
-
-
 def _positive_float(text):
     import argparse
     import math
@@ -235,10 +223,10 @@ def main(argv=None):
         "noise arms stratified, complementary, both, and twice (the window at twice the rows per step); Part 3's "
         "default: window, microbatch, stratified, complementary, twice",
     )
-    parser.add_argument("--seeds", type=_positive, metavar="N", help="the part's first N seeds only")
+    parser.add_argument("--seeds", type=console.positive_int, metavar="N", help="the part's first N seeds only")
     parser.add_argument(
         "--workers",
-        type=_positive,
+        type=console.positive_int,
         metavar="N",
         help="Part 3: runs side by side in N processes of one thread each (default: the CPU cores; the results do "
         "not depend on it)",

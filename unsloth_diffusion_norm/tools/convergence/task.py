@@ -330,14 +330,19 @@ def native_check(native, runs):
     }
 
 
+def settings_differ(theirs, settings):
+    """The names of the settings a results file's Part 3 (`theirs`, its JSON) ran at other than `settings`, the
+    seeds aside (a file may hold fewer or more)."""
+    ours = json.loads(json.dumps(dataclasses.asdict(settings)))
+    return sorted(name for name in ours if name != "seeds" and theirs.get(name) != ours[name])
+
+
 def check_native(native, settings):
     """Refuses a --native file unless its Part 3 ran at these settings (its seeds may be fewer)."""
     from ..console import Failure
 
-    theirs = dict(native["part3"]["settings"], seeds=None)
-    ours = dict(json.loads(json.dumps(dataclasses.asdict(settings))), seeds=None)
-    if theirs != ours:
-        differ = sorted(name for name in ours if theirs.get(name) != ours[name])
+    differ = settings_differ(native["part3"]["settings"], settings)
+    if differ:
         raise Failure(f"--native: that run's Part 3 settings differ from this run's in {', '.join(differ)}")
 
 
@@ -352,9 +357,7 @@ def grow(path, settings, workdir, minutes, say=print, arms=ARMS, device=None):
     if os.path.exists(path):
         with open(path) as f:
             found = json.load(f)
-        if found.get("part3", {}).get("settings", {}) | {"seeds": None} != json.loads(
-            json.dumps(dataclasses.asdict(settings))
-        ) | {"seeds": None}:
+        if settings_differ(found.get("part3", {}).get("settings", {}), settings):
             raise Failure(f"--add-to: {path} holds a Part 3 run at other settings; give another file")
     runs = found["part3"]["runs"] if found else {}
     runs = {name: runs.get(name, []) for name in arms}
