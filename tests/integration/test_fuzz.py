@@ -120,6 +120,25 @@ def test_found_by_the_fuzzer_a_last_smaller_eval_batch_weighs_by_its_rows():
     assert fuzz.check(configuration) == []
 
 
+def test_found_by_the_fuzzer_trainer_s_own_rounding_of_the_logged_loss_is_no_error(plugin):
+    """Found on transformers 4.56, which logs the training loss rounded to 4 decimals: a window whose loss was
+    4.563546 logged 4.5635, 4.67e-5 off against a tolerance of 4.66e-5. The judge allows the rounding the installed
+    Trainer does (judging.logged_loss_step, read from its code: checked here against what it logs), and no more."""
+    from unsloth_diffusion_norm.proof import experiment, judging, oracle
+
+    configuration = fuzz.Configuration((((10, 11), (20, 21, 22, 23), True), ((12,), (30, 31), True)), seed=2275)
+    run = experiment.train(configuration.rows(), **configuration.settings())
+    (window,) = run.windows
+    step = judging.logged_loss_step()
+    assert (round(window.logged_loss, 4) == window.logged_loss) == (step > 0)  # (a whole float has more digits)
+    reference = judging.judge(run, window).reference_loss
+    slack = oracle.tolerance(reference)
+    window.logged_loss = reference + step / 2 + slack / 2
+    assert judging.judge(run, window).ok
+    window.logged_loss = reference + step / 2 + 2 * slack
+    assert not judging.judge(run, window).ok
+
+
 @pytest.mark.parametrize("argv", [["--part", "3", "--seeds"], ["--arms", ""], ["--minutes", "nan"]])
 def test_the_study_s_options_refused_before_anything_runs(argv, capsys):
     from unsloth_diffusion_norm.tools import convergence
