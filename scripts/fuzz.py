@@ -2,9 +2,10 @@
 
     python scripts/fuzz.py [--minutes 10] [--seed N]
 
-Random configurations through the real DiffusionTrainer against the oracle, and random values for every flag
-(command line, YAML, Python) and every option of every subcommand, in rounds of fresh random examples until the
-time is up. Each failure is printed with Hypothesis' shrunk example (make it a named regression test); the counts
+Random configurations through the real DiffusionTrainer against the oracle (on the tiny model, and on tiny copies
+of the Dream and LLaDA fixtures by their families' oracles), random two-rank cases in one launch of two real
+processes per round, and random values for every flag (command line, YAML, Python) and every option of every
+subcommand, in rounds of fresh random examples until the time is up. Each failure is printed with Hypothesis' shrunk example (make it a named regression test); the counts
 say how many configurations and bad inputs were tried, how many diverged from the oracle, how many gave more than
 one line, and how many escaped as tracebacks. Exit 0 when nothing failed, 1 otherwise. No example database is
 kept (nothing is written under the checkout).
@@ -17,6 +18,7 @@ import functools
 import io
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -34,6 +36,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 ROUND = 10  # examples per check per round
 
 
+def said(error):
+    """An exception as text: its type, message and the last frames of its traceback."""
+    return "".join(traceback.format_exception(error, limit=-4)).rstrip()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to fuzz (default: 10)")
@@ -43,15 +50,26 @@ def main(argv=None):
         parser.error(f"--minutes must be above 0, not {args.minutes}")
 
     from hypothesis import HealthCheck, given, seed, settings
+    from hypothesis import strategies as st
 
-    from unsloth_diffusion_norm.proof import fixtures, fuzz
+    from unsloth_diffusion_norm import registry
+    from unsloth_diffusion_norm.proof import fixtures, fuzz, ranks
+    from unsloth_diffusion_norm.tools import own_model
 
     fixtures.import_unsloth(banners=sys.stderr)
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # (a bar per loaded model)
-    unsloth_diffusion_norm.apply()
+    mode = unsloth_diffusion_norm.apply().mode
     import test_fuzz  # the checks the suite runs, here at random seeds
+
+    # The family fixtures' tiny copies (their weight files are never read: the fixtures hold none).
+    families = pathlib.Path(__file__).parents[1] / "tests" / "integration" / "fixtures"
+    workdir = tempfile.mkdtemp(prefix="udn-fuzz-")
+    copies = [
+        own_model.prepare(str(families / name), workdir=workdir)
+        for name in ("dream_shifted_logits", "llada_answer_length")
+    ]
 
     counts = collections.Counter()
     failures = []
@@ -60,20 +78,55 @@ def main(argv=None):
         @functools.wraps(check)  # (its signature: given() draws by the parameters' names)
         def run(*args, **kwargs):
             counts[f"{kind} tried"] += 1
+            failure = None
             try:
                 check(*args, **kwargs)
-            except AssertionError:
+            except AssertionError as error:
                 counts[f"{kind} failed"] += 1
-                raise
-            except Exception:
+                failure = AssertionError(said(error))
+            except Exception as error:  # noqa: BLE001 - counted, then raised again as its text
                 counts[f"{kind} tracebacks"] += 1
-                raise
+                failure = RuntimeError(said(error))
+            # Raised as text, outside the handler: Hypothesis keeps every failure it meets while shrinking, and a
+            # failure's frames hold its trainer and models (a family copy's: the memory of the machine, in one shrink).
+            if failure is not None:
+                raise failure
 
         return run
 
     def configuration(configuration):
         missed = fuzz.check(configuration)
         assert not missed, f"{configuration.describe()}: windows {missed}"
+
+    def family(data):
+        copy = data.draw(st.sampled_from(copies))
+        drawn = data.draw(fuzz.configurations(copy.profile, llada_per_sample=mode == registry.NATIVE))
+        missed = fuzz.check(drawn, copy)
+        assert not missed, f"{copy.profile}: {drawn.describe()}: {missed}"
+
+    def rank_cases(round_seed):
+        """One launch of two ranks with a round of drawn cases (not shrunk: each failure printed whole)."""
+        cases = {f"drawn-{i}": case for i, case in enumerate(fuzz.drawn(fuzz.rank_cases(), ROUND, round_seed))}
+        counts["rank cases tried"] += len(cases)
+        try:
+            found = ranks.launch(2, [], drawn=cases)
+        except Exception as error:  # noqa: BLE001 - a launch that fails is a traceback of every case in it
+            counts["rank cases tracebacks"] += len(cases)
+            failures.append(("rank cases", round_seed, error))
+            print(f"\n== rank cases, seed {round_seed}: {error}", file=sys.stderr)
+            return
+        for name, case in cases.items():
+            rows = [row for row in found if row["case"] == name]
+            wrong = [
+                row["rank"]
+                for row in rows
+                if not row["ok"]
+                or row["collectives"] != [case.collectives(mode == registry.NATIVE)] * len(row["counts"])
+            ]
+            if wrong or len(rows) != 2:
+                counts["rank cases failed"] += 1
+                failures.append(("rank cases", round_seed, case))
+                print(f"\n== rank case, seed {round_seed}, ranks {wrong}: {case}", file=sys.stderr)
 
     def flag(flag, text):
         with tempfile.TemporaryDirectory() as where:
@@ -86,6 +139,7 @@ def main(argv=None):
     options = test_fuzz._options()
     checks = [  # (name, the check, its strategies)
         ("configurations", counted("configurations", configuration), {"configuration": fuzz.configurations()}),
+        ("family configurations", counted("family configurations", family), {"data": st.data()}),
         ("flag values", counted("bad inputs", flag), {"flag": fuzz.flag_values(), "text": fuzz.texts()}),
         ("command lines", counted("bad inputs", command_line), {"argv": fuzz.option_values(options)}),
     ]
@@ -94,7 +148,7 @@ def main(argv=None):
     while time.time() - started < 60 * args.minutes:
         for name, check, strategies in checks:
             runner = settings(
-                max_examples=ROUND * (10 if name != "configurations" else 1),  # (parsing is cheap)
+                max_examples=ROUND * (1 if "configurations" in name else 10),  # (parsing is cheap)
                 database=None,
                 deadline=None,
                 suppress_health_check=list(HealthCheck),
@@ -109,14 +163,17 @@ def main(argv=None):
                 failures.append((name, round_seed, error))
                 print(f"\n== {name}, seed {round_seed}: {type(error).__name__}", file=sys.stderr)
                 traceback.print_exception(error, file=sys.stderr, limit=-2)
+        rank_cases(round_seed)
         round_seed, rounds = round_seed + 1, rounds + 1
     minutes = (time.time() - started) / 60
     print(f"fuzz: {rounds} rounds in {minutes:.1f} minutes (seeds from {round_seed - rounds})")
-    for key in ("configurations tried", "configurations failed", "configurations tracebacks"):
-        print(f"  {key}: {counts[key]}")
+    for kind in ("configurations", "family configurations", "rank cases"):
+        for key in (f"{kind} tried", f"{kind} failed", f"{kind} tracebacks"):
+            print(f"  {key}: {counts[key]}")
     for key in ("bad inputs tried", "bad inputs failed", "bad inputs tracebacks"):
         print(f"  {key}: {counts[key]}")
-    print(f"  failures (each shrunk, above): {len(failures)}")
+    print(f"  failures (each shrunk, above; a rank case as drawn): {len(failures)}")
+    shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failures else 0
 
 

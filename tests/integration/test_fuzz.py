@@ -5,7 +5,7 @@ example database. `make fuzz` runs the same checks for as long as it is given (s
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 
 from unsloth_diffusion_norm.proof import fuzz
 
@@ -14,18 +14,7 @@ CONFIGURATIONS = int(os.environ.get("UDN_FUZZ_CONFIGURATIONS", "16"))
 BAD_INPUTS = int(os.environ.get("UDN_FUZZ_BAD_INPUTS", "400"))
 
 
-def budget(examples):
-    return settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-        # A failure is reported as found: shrinking one configuration can take minutes of a CI leg. `make fuzz`
-        # shrinks (scripts/fuzz.py), and the found example is rerun by hand from the printed blob.
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    )
+budget = fuzz.in_ci
 
 
 @budget(CONFIGURATIONS)

@@ -13,16 +13,19 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, strategies
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.proof import judging, oracle
+from unsloth_diffusion_norm.proof import fuzz, judging, oracle
 from unsloth_diffusion_norm.tools import cli, doctor, own_model, reproduce
 
 PROG = "unsloth-diffusion-norm"
 CLI = [sys.executable, "-m", "unsloth_diffusion_norm"]
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 MODE = unsloth_diffusion_norm.apply().mode
+# Random configurations per family in the suite (test_fuzz's share; `make fuzz` draws more).
+FAMILY_CONFIGURATIONS = int(os.environ.get("UDN_FUZZ_FAMILY_CONFIGURATIONS", "3"))
 # Each fixture: the class its own code builds, and the copy's config against the full-size one.
 ARCHITECTURES = {
     # Llama-style: grouped-query attention, rotary buffer, untied plain `lm_head` (the fused-head loss path).
@@ -318,6 +321,19 @@ def test_the_release_s_own_loss_matches_its_family_s_oracle_and_misses_it_with_t
         ),
     )
     assert verdict.worst > oracle.CONTROL_FACTORS["fp32"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@fuzz.in_ci(FAMILY_CONFIGURATIONS)
+@given(data=strategies.data())
+def test_a_random_configuration_of_the_family_trains_as_its_oracle_says(name, family_runs, plugin, data):
+    """The fuzzer's space (proof/fuzz.py: batch, GA, partial windows, answers with and without EOS, truncation, eps,
+    weighting, per-sample noise, stratified levels, mask pairs, clipping, keyed evaluation) on the family's copy, at
+    its own objective or opted into the window, judged by the family's oracle."""
+    copy, _ = family_runs[name]
+    configuration = data.draw(fuzz.configurations(copy.profile, llada_per_sample=MODE == registry.NATIVE))
+    missed = fuzz.check(configuration, copy)
+    assert not missed, f"{configuration.describe()}: {missed}"
 
 
 def test_per_sample_noise_at_llada_s_own_normalization_or_its_refusal(family_runs, plugin):

@@ -1,9 +1,9 @@
 """The cases of the launched-rank runs: which examples each rank trains on, and how. `CASES` are the
 data-parallel ones (`data_parallel`); `SHARDED` are those run under every sharded engine (`sharded`)."""
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
-from .fixtures import LONG, SHORT, answers, unsupervised
+from .fixtures import LONG, SHORT, Example, answers, unsupervised
 
 
 @dataclass
@@ -44,6 +44,15 @@ class Case:
     def examples(self):
         """The global order: accelerate deals micro-batches round-robin (rank r gets r, r+W, ...)."""
         return [rank[i] for i in range(len(self.per_rank[0])) for rank in self.per_rank]
+
+    def to_json(self):
+        """The case as JSON values (a drawn case travels to the launched ranks in a file)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, values):
+        per_rank = [[Example(**example) for example in rank] for rank in values["per_rank"]]
+        return cls(**{**values, "per_rank": per_rank})
 
 
 CASES = {

@@ -5,15 +5,20 @@ as the hand-picked cases are (`judging.judge`: the logged loss, every gradient, 
 The space: examples (prompt 1-4 tokens; answer 0-14 tokens, with or without its EOS: one-token answers, micro-batches
 without a supervised token), batch 1-3 (right padding), GA 1-3 and a partial last window, the seed, global or
 per-sample noise, stratified levels, complementary mask pairs, `eps` near 0, in the middle and near 1, 1/p weighting
-or none, clipping, `max_length` cutting answers, full fine-tuning or LoRA (the fused and the dense head path), and
-NVIDIA's profile or LLaDA's opted into the window. Combinations the plugin refuses by design (stratified levels
-without per-sample noise) are not drawn; anything else a run raises is a finding.
+or none, clipping, `max_length` cutting answers, full fine-tuning or LoRA (the fused and the dense head path),
+NVIDIA's profile or LLaDA's opted into the window, a resume from the first window's checkpoint, and a keyed
+evaluation after training. `configurations(family)` draws the same space (less LoRA) for another architecture's
+tiny copy (Dream's and LLaDA's, own_model), at its family's own objective or opted into the window, judged by that
+family's oracle (shifted logits, eps 0, its own normalization). `rank_cases` draws two-rank cases for one launch of
+real processes (an empty rank among them). Combinations the plugin refuses by design (stratified levels without
+per-sample noise; per-sample noise at LLaDA's own normalization on a release without it; mask pairs where a
+family's own loss draws the masks) are not drawn; anything else a run raises is a finding.
 
 hypothesis is a test-time dependency, imported by `configurations` only."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from . import experiment, judging
+from . import experiment, judging, oracle
 from .fixtures import Example
 
 EPS = (1e-3, 0.02, 0.5, 0.98)  # NVIDIA's floor, near 0, the middle, near 1
@@ -31,7 +36,7 @@ class Configuration:
     per_sample: bool = False
     stratified: bool = False
     complementary: bool = False
-    eps: float = 1e-3
+    eps: float = 1e-3  # None: the family's own (a copy's run only)
     inverse_t: bool = True
     max_grad_norm: float = 0.0
     max_length: int = None
@@ -40,17 +45,27 @@ class Configuration:
     # After training, a keyed evaluation (diffusion_eval_noise="fixed") of `held` with this many draws; None: none.
     eval_draws: int = None
     held: tuple = ()  # eval examples, as `examples`
+    # Another architecture's tiny copy, by its profile ("dream", "llada"; the model itself is check's `model`), and
+    # its run's normalization: None, the family's own; "window", opted in.
+    family: str = None
+    normalization: str = None
+    # Two windows or more: saved after the first, resumed from there in a fresh trainer; the resumed run must end
+    # bitwise where the uninterrupted one does, and its windows are the ones judged.
+    resume: bool = False
 
-    def settings(self):
-        """experiment.train's keywords."""
+    def settings(self, model=None):
+        """experiment.train's keywords (`model`: the family copy it trains)."""
         found = dict(
             batch_size=self.batch_size,
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             seed=self.seed,
             lora=self.lora,
-            diffusion_eps=self.eps,
             max_grad_norm=self.max_grad_norm,
         )
+        if self.eps is not None:
+            found["diffusion_eps"] = self.eps
+        if self.normalization is not None:
+            found["diffusion_loss_normalization"] = self.normalization
         if self.per_sample:
             found["diffusion_noise"] = "per_sample"
         if self.stratified:
@@ -65,8 +80,10 @@ class Configuration:
             found.update(
                 diffusion_eval_noise="fixed",
                 diffusion_eval_draws=self.eval_draws,
-                eval_examples=[Example(list(p), list(a), e) for p, a, e in self.held],
+                eval_examples=self.rows(self.held, model),
             )
+        if model is not None:
+            found["checkpoint"] = model.checkpoint
         if self.llada:
             from unsloth.models.diffusion_profiles import diffusion_profiles
 
@@ -74,13 +91,31 @@ class Configuration:
             found["diffusion_loss_normalization"] = "window"
         return found
 
-    def judged(self):
-        return judging.OracleSettings(
+    def judged(self, model=None):
+        """The oracle's settings; `model`: the family copy the run trained (its ids, its family's objective)."""
+        found = judging.OracleSettings(
             eps=self.eps, inverse_t=self.inverse_t, max_grad_norm=self.max_grad_norm, complementary=self.complementary
         )
+        if model is None:
+            return found
+        objective = oracle.OBJECTIVES[model.profile]
+        return replace(
+            found,
+            eps=objective.eps if self.eps is None else self.eps,
+            eos_id=model.eos_id,
+            mask_id=model.mask_id,
+            shift=objective.shift,
+            normalization=self.normalization or objective.normalization,
+        )
 
-    def rows(self):
-        return [Example(list(prompt), list(answer), eos) for prompt, answer, eos in self.examples]
+    def rows(self, examples=None, model=None):
+        """The examples as rows (`model`: a family copy, whose answers close with its own EOS)."""
+        if model is None:
+            return [Example(list(p), list(a), eos) for p, a, eos in (self.examples if examples is None else examples)]
+        return [
+            Example(list(p), list(a) + [model.eos_id] * eos, False)
+            for p, a, eos in (self.examples if examples is None else examples)
+        ]
 
     def describe(self):
         """One line: the settings that differ from the defaults, and the answers' lengths."""
@@ -92,8 +127,25 @@ class Configuration:
         )
 
 
-def configurations():
-    """The Hypothesis strategy of Configurations."""
+def in_ci(examples):
+    """The suite's Hypothesis settings: `examples` per test, derandomized, no example database, and a failure
+    reported as found (shrinking one configuration can take minutes of a CI leg; `make fuzz` shrinks)."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
+
+
+def configurations(family=None, llada_per_sample=True):
+    """The Hypothesis strategy of Configurations: of the tiny model, or of a `family` copy ("dream", "llada";
+    `llada_per_sample`: whether the release takes per-sample noise at LLaDA's own normalization, 2026.10.7+)."""
     from hypothesis import strategies as st
 
     @st.composite
@@ -117,7 +169,12 @@ def configurations():
             )
 
         examples = tuple(draw(st.lists(example, min_size=count, max_size=count).filter(supervised)))
-        per_sample = draw(st.booleans())
+        kept = sum(supervised([row]) for row in examples)  # (TRL drops the others: they make no window)
+        resume = kept > batch * ga and draw(st.booleans())
+        normalization = draw(st.sampled_from((None, "window"))) if family else None
+        per_sample = draw(st.booleans()) and (
+            llada_per_sample or family != "llada" or normalization is not None
+        )  # (refused by design on 2026.10.4-.6: not drawn there)
         return Configuration(
             examples=examples,
             batch_size=batch,
@@ -125,29 +182,99 @@ def configurations():
             seed=draw(st.integers(0, 2**16)),
             per_sample=per_sample,
             stratified=per_sample and draw(st.booleans()),  # (keyed levels: per-sample noise only)
-            complementary=draw(st.booleans()),
-            eps=draw(st.sampled_from(EPS)),
+            # (a family's own loss draws its masks inside the release: pairs need the window or per-sample noise)
+            complementary=draw(st.booleans()) and (not family or normalization is not None or per_sample),
+            eps=draw(st.sampled_from(((None,) if family else ()) + EPS)),
             inverse_t=draw(st.booleans()),
             max_grad_norm=draw(st.sampled_from((0.0, 0.5, 1.0))),
             max_length=max_length,
-            lora=draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
-            llada=draw(st.booleans()),
+            lora=None if family else draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
+            llada=not family and draw(st.booleans()),
             eval_draws=draw(st.sampled_from((None, None, 1, 2, 3))),
             held=tuple(draw(st.lists(example, min_size=1, max_size=3).filter(supervised))),  # (the same: an eval set)
+            family=family,
+            normalization=normalization,
+            resume=resume,
         )
 
     return draw()
 
 
-def check(configuration):
+def rank_cases():
+    """The Hypothesis strategy of two-rank cases (dp_cases.Case, launched by ranks.launch with the suite's own):
+    each rank's examples (as `configurations` draws them; or none supervised: an empty rank), GA 1-3 and a partial
+    last window, the seed, global or per-sample noise, stratified levels, mask pairs, full fine-tuning or LoRA, and
+    the count averaged across ranks or rank-local."""
+    from hypothesis import strategies as st
+
+    from .dp_cases import Case
+    from .fixtures import unsupervised
+
+    @st.composite
+    def draw(draw):
+        ga = draw(st.integers(1, 3))
+        windows = draw(st.integers(1, 2))
+        count = draw(st.integers(max(1, ga * (windows - 1) + 1), ga * windows))
+        example = st.builds(
+            lambda prompt, answer, eos: Example(prompt, answer, eos),
+            st.lists(st.sampled_from(PROMPT), min_size=1, max_size=4),
+            st.lists(st.sampled_from(ANSWER), min_size=0, max_size=14),
+            st.booleans(),
+        )
+        drawn = st.lists(example, min_size=count, max_size=count)
+        rank = st.one_of(drawn, drawn, drawn, st.just(unsupervised(count)))  # (an empty rank, one time in four)
+        per_sample = draw(st.booleans())
+        return Case(
+            2,
+            [draw(rank), draw(rank)],
+            gradient_accumulation_steps=ga,
+            average_tokens_across_devices=draw(st.booleans()),
+            diffusion_noise="per_sample" if per_sample else None,
+            t_sampler="stratified" if per_sample and draw(st.booleans()) else None,
+            complementary=draw(st.booleans()),
+            lora=draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
+            seed=draw(st.integers(0, 2**16)),
+        )
+
+    return draw()
+
+
+def drawn(strategy, count, seed=None):
+    """`count` values of `strategy`, drawn the way the suite draws (derandomized; `seed`: a random round's), for
+    checks that run many values at once (the two-rank cases share one launch)."""
+    from hypothesis import given, settings
+    from hypothesis import seed as seeded
+
+    found = []
+
+    @settings(in_ci(count), derandomize=seed is None)
+    @given(strategy)
+    def collect(value):
+        found.append(value)
+
+    if seed is not None:
+        collect = seeded(seed)(collect)
+    collect()
+    return found
+
+
+def check(configuration, model=None):
     """Train the configuration and judge every window; then, where it asks for one, its keyed evaluation: the eval
     loss, the spread between draws, the accuracy and the masked CE by noise level, each against the oracle's with
-    the keyed masks realized. [(what, verdict)] of what misses (empty: it holds)."""
-    from . import oracle
-
-    run = experiment.train(configuration.rows(), **configuration.settings())
-    judged = configuration.judged()
+    the keyed masks realized. `model`: the family copy a family configuration trains (own_model.OwnModel: its
+    checkpoint, profile, EOS and [MASK] ids). [(what, verdict)] of what misses (empty: it holds)."""
+    if (model is None) != (configuration.family is None) or (model and model.profile != configuration.family):
+        raise ValueError(f"a {configuration.family or 'tiny model'} configuration, given {model and model.profile}")
+    rows, settings = configuration.rows(model=model), configuration.settings(model)
+    if configuration.resume:
+        runs = experiment.train_and_resume(rows, 1, **settings)
+        run, difference = runs.resumed, runs.difference
+    else:
+        run, difference = experiment.train(rows, **settings), 0.0
+    judged = configuration.judged(model)
     missed = [(i, v) for i, v in enumerate(judging.judge(run, window, judged) for window in run.windows) if not v.ok]
+    if difference != 0.0:
+        missed.append(("resumed run against the uninterrupted one", difference))
     if configuration.eval_draws is None:
         return missed
     metrics = {}

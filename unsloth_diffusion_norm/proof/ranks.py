@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..registry import NATIVE
 from . import engines, fixtures, processes
-from .dp_cases import CASES, SHARDED
+from .dp_cases import CASES, SHARDED, Case
 from .instruments import CollectiveCounter
 
 EVAL_SEED = 1234
@@ -335,8 +335,9 @@ class Notes:
         self.logger.removeHandler(self.handler)
 
 
-def worker(names, out, engine_name=None):
-    """Inside a launched process: run the named cases, gather every rank's results, rank 0 writes them."""
+def worker(names, out, engine_name=None, drawn=None):
+    """Inside a launched process: run the named cases (of `drawn` too, a JSON file of cases by name: the fuzzer's),
+    gather every rank's results, rank 0 writes them."""
     import contextlib
     import io
 
@@ -344,7 +345,10 @@ def worker(names, out, engine_name=None):
 
     fixtures.import_unsloth()
     engine = engines.ENGINES[engine_name] if engine_name else None
-    cases = SHARDED if engine else CASES
+    cases = dict(SHARDED if engine else CASES)
+    if drawn is not None:
+        with open(drawn) as f:
+            cases.update({name: Case.from_json(values) for name, values in json.load(f).items()})
     if engine is not None:
         engines.prepare(engine)
     results = []
@@ -364,16 +368,21 @@ def worker(names, out, engine_name=None):
 LAUNCHERS = ("torchrun", "accelerate")
 
 
-def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1):
+def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1, drawn=None):
     """Start `ranks` real processes the way users do and return every rank's result of every case
     (under an engines.ENGINES engine, launched as that engine says, or plain DDP). `nodes` > 1: as many
     torchrun agents on 127.0.0.1, one per node (static rendezvous), each with ranks / nodes processes, so
-    LOCAL_RANK differs from RANK as on a multi-node job. The launchers and every rank are stopped and
+    LOCAL_RANK differs from RANK as on a multi-node job. `drawn`: more cases by name (the fuzzer's, dp_cases.Case),
+    run first (before a case that rewrites Trainer for good). The launchers and every rank are stopped and
     reaped when it returns, fails, times out or is interrupted."""
     scratch = tempfile.mkdtemp(prefix="udn-ddp-")
     try:
         out = os.path.join(scratch, "results.json")
-        module = ["-m", __name__, "--worker", "--json", out, "--cases", *names]
+        module = ["-m", __name__, "--worker", "--json", out, "--cases", *(drawn or {}), *names]
+        if drawn:
+            with open(os.path.join(scratch, "drawn.json"), "w") as f:
+                json.dump({name: case.to_json() for name, case in drawn.items()}, f)
+            module += ["--drawn", os.path.join(scratch, "drawn.json")]
         # Unsloth writes its compile cache into the working directory: keep it out of the user's.
         cwd = os.path.join(scratch, "cwd")
         os.mkdir(cwd)
@@ -457,8 +466,9 @@ def main(argv=None):
     parser.add_argument("--json", required=True)
     parser.add_argument("--cases", nargs="+", required=True)
     parser.add_argument("--engine")
+    parser.add_argument("--drawn")
     args = parser.parse_args(argv)
-    worker(args.cases, args.json, args.engine)
+    worker(args.cases, args.json, args.engine, args.drawn)
     return 0
 
 

@@ -1,25 +1,53 @@
 """Real multi-process data parallel: 2 ranks under torchrun, 3 under `accelerate launch` (Gloo on CPU).
 Two launches run every case (a launch costs far more than a case); each rank judges itself against the
-oracle over all ranks' data with the same masks."""
+oracle over all ranks' data with the same masks. The two-rank launch also runs the fuzzer's share of random
+two-rank cases (proof/fuzz.py rank_cases)."""
+
+import os
 
 import pytest
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
-from unsloth_diffusion_norm.proof import data_parallel, oracle
+from unsloth_diffusion_norm.proof import data_parallel, fuzz, oracle
 from unsloth_diffusion_norm.proof.data_parallel import CASES, PLAN
 
 pytestmark = pytest.mark.multiprocess
 NATIVE_RELEASE = unsloth_diffusion_norm.apply().mode == registry.NATIVE
+# Random two-rank cases in the two-rank launch (about a second each; `make fuzz` draws more).
+DRAWN = {
+    f"drawn-{i}": case
+    for i, case in enumerate(fuzz.drawn(fuzz.rank_cases(), int(os.environ.get("UDN_FUZZ_RANK_CASES", "6"))))
+}
 
 
 @pytest.fixture(scope="module")
-def results():
+def launched():
     found = []
     for ranks, (launcher, names) in PLAN.items():
-        found += data_parallel.launch(ranks, names, launcher)
+        found += data_parallel.launch(ranks, names, launcher, drawn=DRAWN if ranks == 2 else None)
     print("\n" + data_parallel.render(found))
     return {(r["case"], r["rank"]): r for r in found}
+
+
+@pytest.fixture(scope="module")
+def results(launched):
+    """The named cases' results."""
+    return {key: row for key, row in launched.items() if key[0] in CASES}
+
+
+@pytest.mark.parametrize("name", DRAWN)
+def test_a_random_two_rank_case_matches_the_oracle_on_every_rank(launched, name):
+    """A drawn case (its examples per rank, an empty rank among them; GA and a partial window; the noise, levels
+    and pairs; LoRA; the count across ranks or rank-local): every rank within the oracle's tolerance, really under
+    DDP, with the collectives the rule says."""
+    case = DRAWN[name]
+    rows = [row for (drawn, _), row in launched.items() if drawn == name]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["model_wrapped"] == "DistributedDataParallel"
+        assert row["ok"] and row["metrics_error"] is not None, (row["rank"], row["worst"], case)
+        assert row["collectives"] == [case.collectives(NATIVE_RELEASE)] * len(row["counts"]), case
 
 
 def ranks_of(results, case):
