@@ -32,6 +32,24 @@ def test_per_sample_resume_is_bitwise_on_every_release(plugin, normalization):
     assert runs.difference == 0.0
 
 
+def test_found_by_the_fuzzer_a_resumed_partial_last_window_is_stepped_as_the_release_s_trainer_steps_it(plugin):
+    """Found by the fuzzer on transformers 4.56: resumed mid-epoch, its Trainer never steps the epoch's partial last
+    window, with or without the plugin (docs/limits.md). With the plugin, the resumed run steps it exactly where
+    Trainer does with the plugin off, and the steps it takes are bitwise the uninterrupted run's."""
+    from unsloth_diffusion_norm.proof import fixtures
+
+    runs = experiment.train_and_resume(fixtures.answers(fixtures.LONG, 5), 1, gradient_accumulation_steps=2, seed=0)
+    assert [len(w.batches) for w in runs.full.windows] == [2, 2, 1] and len(runs.resumed.windows) == 2
+    stepped = runs.resumed.windows[-1].params_after is not None
+    assert stepped == experiment.resumed_trainer_steps_a_partial_last_window()
+    import transformers
+
+    assert stepped or int(transformers.__version__.split(".")[0]) < 5  # (5.x steps it)
+    whole = runs.resumed.windows[0].params_after, runs.full.windows[1].params_after
+    assert all(torch.equal(whole[0][name], whole[1][name]) for name in whole[1])
+    assert not stepped or runs.difference == 0.0
+
+
 def test_per_sample_noise_differs_between_examples_and_seeds(plugin):
     first = experiment.train(EXAMPLES, seed=0, diffusion_noise="per_sample")
     levels = [t for w in first.windows for batch in judging.noise_levels(w.batches, w.rng_state) for t in batch]

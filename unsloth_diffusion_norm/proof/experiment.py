@@ -9,6 +9,7 @@ weights after the optimizer step. The oracle replays the masks from that RNG sta
 
 import contextlib
 import copy
+import functools
 import os
 from dataclasses import dataclass, field, fields
 
@@ -384,6 +385,19 @@ class Resumed:
     def difference(self):
         """Largest |parameter difference| after the last step of both runs (0.0: bitwise equal)."""
         return final_difference(self.full, self.resumed)
+
+
+@functools.cache
+def resumed_trainer_steps_a_partial_last_window():
+    """Does the installed Trainer, resumed mid-epoch, take the optimizer step of the epoch's partial last window?
+    transformers 5.x does; 4.x does not (its micro-batch counter restarts after the skipped batches, so the partial
+    window never reaches its sync step; huggingface/transformers#38939 reports the same on the last checkpoint).
+    Measured once, on the tiny model with the plugin off: Trainer's own behaviour, not the plugin's."""
+    import unsloth_diffusion_norm
+
+    with unsloth_diffusion_norm.unpatched():
+        runs = train_and_resume(fixtures.answers(fixtures.LONG, 3), 1, gradient_accumulation_steps=2, seed=0)
+    return bool(runs.resumed.windows) and runs.resumed.windows[-1].params_after is not None
 
 
 def train_and_resume(examples, at, workdir=None, **kwargs):
