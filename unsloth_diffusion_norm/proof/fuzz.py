@@ -14,7 +14,7 @@ real processes (an empty rank among them). Combinations the plugin refuses by de
 per-sample noise; per-sample noise at LLaDA's own normalization on a release without it; mask pairs where a
 family's own loss draws the masks) are not drawn; anything else a run raises is a finding.
 
-hypothesis is a test-time dependency, imported by `configurations` only."""
+hypothesis is a test-time dependency, imported inside the functions that draw (never at import)."""
 
 from dataclasses import asdict, dataclass, replace
 
