@@ -116,17 +116,11 @@ def main(argv=None):
             print(f"\n== rank cases, seed {round_seed}: {error}", file=sys.stderr)
             return
         for name, case in cases.items():
-            rows = [row for row in found if row["case"] == name]
-            wrong = [
-                row["rank"]
-                for row in rows
-                if not row["ok"]
-                or row["collectives"] != [case.collectives(mode == registry.NATIVE)] * len(row["counts"])
-            ]
-            if wrong or len(rows) != 2:
+            missed = fuzz.rank_case_misses(case, [row for row in found if row["case"] == name], mode == registry.NATIVE)
+            if missed:
                 counts["rank cases failed"] += 1
                 failures.append(("rank cases", round_seed, case))
-                print(f"\n== rank case, seed {round_seed}, ranks {wrong}: {case}", file=sys.stderr)
+                print(f"\n== rank case, seed {round_seed}: {missed}: {case}", file=sys.stderr)
 
     def flag(flag, text):
         with tempfile.TemporaryDirectory() as where:

@@ -143,6 +143,27 @@ def in_ci(examples):
     )
 
 
+def _example():
+    """An example as (prompt ids, answer ids, eos): an empty answer with its EOS is a one-token answer; without, the
+    row has no supervised token."""
+    from hypothesis import strategies as st
+
+    return st.tuples(
+        st.lists(st.sampled_from(PROMPT), min_size=1, max_size=4).map(tuple),
+        st.lists(st.sampled_from(ANSWER), min_size=0, max_size=14).map(tuple),
+        st.booleans(),
+    )
+
+
+def _rows(per_window):
+    """How many rows: one window or two, the last of them partial or whole."""
+    from hypothesis import strategies as st
+
+    return st.integers(1, 2).flatmap(
+        lambda windows: st.integers(max(1, per_window * (windows - 1) + 1), per_window * windows)
+    )
+
+
 def configurations(family=None, llada_per_sample=True):
     """The Hypothesis strategy of Configurations: of the tiny model, or of a `family` copy ("dream", "llada";
     `llada_per_sample`: whether the release takes per-sample noise at LLaDA's own normalization, 2026.10.7+)."""
@@ -152,13 +173,8 @@ def configurations(family=None, llada_per_sample=True):
     def draw(draw):
         batch = draw(st.integers(1, 3))
         ga = draw(st.integers(1, 3))
-        windows = draw(st.integers(1, 2))
-        count = draw(st.integers(max(1, batch * ga * (windows - 1) + 1), batch * ga * windows))  # (a partial last)
-        example = st.tuples(
-            st.lists(st.sampled_from(PROMPT), min_size=1, max_size=4).map(tuple),
-            st.lists(st.sampled_from(ANSWER), min_size=0, max_size=14).map(tuple),
-            st.booleans(),
-        )  # (an empty answer with its EOS: a one-token answer; without: no supervised token)
+        count = draw(_rows(batch * ga))
+        example = _example()
         max_length = draw(st.one_of(st.none(), st.integers(4, 16)))
 
         # A data set without a supervised token left after truncation is no training run: TRL drops such rows, then
@@ -213,14 +229,8 @@ def rank_cases():
     @st.composite
     def draw(draw):
         ga = draw(st.integers(1, 3))
-        windows = draw(st.integers(1, 2))
-        count = draw(st.integers(max(1, ga * (windows - 1) + 1), ga * windows))
-        example = st.builds(
-            lambda prompt, answer, eos: Example(prompt, answer, eos),
-            st.lists(st.sampled_from(PROMPT), min_size=1, max_size=4),
-            st.lists(st.sampled_from(ANSWER), min_size=0, max_size=14),
-            st.booleans(),
-        )
+        count = draw(_rows(ga))  # (per rank, at batch 1)
+        example = _example().map(lambda row: Example(list(row[0]), list(row[1]), row[2]))
         drawn = st.lists(example, min_size=count, max_size=count)
         rank = st.one_of(drawn, drawn, drawn, st.just(unsupervised(count)))  # (an empty rank, one time in four)
         per_sample = draw(st.booleans())
@@ -237,6 +247,23 @@ def rank_cases():
         )
 
     return draw()
+
+
+def rank_case_misses(case, rows, native):
+    """What a launched two-rank case's results (`rows`, one per rank) miss: ranks outside the oracle's tolerance,
+    not under DDP, without their window metrics, or with other collectives than `case.collectives(native)` says.
+    [(rank, what)] (empty: it holds)."""
+    if len(rows) != case.ranks:
+        return [(None, f"results from {len(rows)} ranks")]
+    missed = []
+    for row in rows:
+        if row["model_wrapped"] != "DistributedDataParallel":
+            missed.append((row["rank"], f"wrapped in {row['model_wrapped']}"))
+        if not row["ok"] or row["metrics_error"] is None:
+            missed.append((row["rank"], f"worst error {row['worst']:.3g} tolerances, metrics {row['metrics_error']}"))
+        if row["collectives"] != [case.collectives(native)] * len(row["counts"]):
+            missed.append((row["rank"], f"collectives {row['collectives']}"))
+    return missed
 
 
 def drawn(strategy, count, seed=None):
@@ -269,12 +296,11 @@ def check(configuration, model=None):
     if configuration.resume:
         runs = experiment.train_and_resume(rows, 1, **settings)
         run, full = runs.resumed, runs.full
-        if run.windows and run.windows[-1].params_after is None and len(full.windows) == 1 + len(run.windows):
+        unstepped = run.windows and run.windows[-1].params_after is None
+        if unstepped and not experiment.resumed_trainer_steps_a_partial_last_window():
             # A partial last window that the resumed Trainer never steps: transformers 4.x's own (with or without
             # the plugin); the steps it takes are compared and judged.
-            if not experiment.resumed_trainer_steps_a_partial_last_window():
-                run = replace(run, windows=run.windows[:-1])
-                full = replace(full, windows=full.windows[:-1])
+            run, full = replace(run, windows=run.windows[:-1]), replace(full, windows=full.windows[:-1])
         difference = experiment.final_difference(full, run) if run.windows else 0.0
     else:
         run, difference = experiment.train(rows, **settings), 0.0

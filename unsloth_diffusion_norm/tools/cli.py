@@ -29,12 +29,12 @@ from .console import (
     can_plot,
     import_unsloth,
     installed_unsloth,
+    positive_int,
     print_json,
     refuse_unsupported,
     scratch_space,
     write_json,
 )
-from .console import positive_int as _positive_int
 from .console import writable as _writable
 
 
@@ -125,8 +125,8 @@ def _parser():
         "its ratios are not measurements",
     )
     bench.add_argument("--models", nargs="+", choices=["tiny", "larger"], help="default: tiny larger")
-    bench.add_argument("--blocks", type=_positive_int, help="interleaved blocks per variant and GA (default 3)")
-    bench.add_argument("--steps", type=_positive_int, help="timed optimizer steps per block (default 3)")
+    bench.add_argument("--blocks", type=positive_int, help="interleaved blocks per variant and GA (default 3)")
+    bench.add_argument("--steps", type=positive_int, help="timed optimizer steps per block (default 3)")
     bench.add_argument(
         "--plot",
         type=_writable,
@@ -150,7 +150,7 @@ def _eps(text):
 
 
 def _max_length(text):
-    return None if text.lower() == "none" else _positive_int(text)
+    return None if text.lower() == "none" else positive_int(text)
 
 
 def _impact_options(commands):
@@ -170,9 +170,9 @@ def _impact_options(commands):
         "--tokenizer", metavar="DIR", help="local tokenizer folder (default: the config's model_name_or_path)"
     )
     impact.add_argument("--config", metavar="FILE", help="the training script's YAML config; the options override it")
-    impact.add_argument("--per-device-train-batch-size", type=_positive_int, help="default 8 (Trainer's)")
-    impact.add_argument("--gradient-accumulation-steps", type=_positive_int, help="default 1 (Trainer's)")
-    impact.add_argument("--world-size", type=_positive_int, help="data-parallel ranks (default 1)")
+    impact.add_argument("--per-device-train-batch-size", type=positive_int, help="default 8 (Trainer's)")
+    impact.add_argument("--gradient-accumulation-steps", type=positive_int, help="default 1 (Trainer's)")
+    impact.add_argument("--world-size", type=positive_int, help="data-parallel ranks (default 1)")
     impact.add_argument("--diffusion-eps", type=_eps, help="noise floor, p_mask = (1-eps)·t + eps (default 0.001)")
     impact.add_argument(  # absent unless given: "none" (no truncation) must override a config's max_length
         "--max-length",
@@ -192,7 +192,7 @@ def _impact_options(commands):
         default="cuda",
         help="the device the training run drew its noise on; default cuda",
     )
-    impact.add_argument("--draws", type=_positive_int, help="optimizer steps to draw (default 20000)")
+    impact.add_argument("--draws", type=positive_int, help="optimizer steps to draw (default 20000)")
     impact.add_argument(
         "--json",
         nargs="?",

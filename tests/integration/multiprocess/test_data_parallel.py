@@ -41,13 +41,8 @@ def test_a_random_two_rank_case_matches_the_oracle_on_every_rank(launched, name)
     """A drawn case (its examples per rank, an empty rank among them; GA and a partial window; the noise, levels
     and pairs; LoRA; the count across ranks or rank-local): every rank within the oracle's tolerance, really under
     DDP, with the collectives the rule says."""
-    case = DRAWN[name]
     rows = [row for (drawn, _), row in launched.items() if drawn == name]
-    assert len(rows) == 2
-    for row in rows:
-        assert row["model_wrapped"] == "DistributedDataParallel"
-        assert row["ok"] and row["metrics_error"] is not None, (row["rank"], row["worst"], case)
-        assert row["collectives"] == [case.collectives(NATIVE_RELEASE)] * len(row["counts"]), case
+    assert fuzz.rank_case_misses(DRAWN[name], rows, NATIVE_RELEASE) == [], DRAWN[name]
 
 
 def ranks_of(results, case):
