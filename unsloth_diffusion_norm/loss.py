@@ -26,8 +26,9 @@ def _by_answer_length(profile, denominator):
     return denominator is None and profile.loss_normalization == "answer_length"
 
 
-def dense_cross_entropy(profile, model, noise, args, denominator, unsloth):
-    """Unsloth 2026.10.4 / .5: dense logits, F.cross_entropy, an early zero when nothing is masked."""
+def dense_cross_entropy(profile, model, noise, args, denominator, unsloth, score=None):
+    """Unsloth 2026.10.4 / .5: dense logits, F.cross_entropy, an early zero when nothing is masked.
+    `score(logits, tokens, masked)`: the window's training accuracy, where the run logs it (no gradient)."""
     F = unsloth.F
     weighting = check_weighting(profile, args)
     input_ids, masked, p_mask = noise.input_ids, noise.masked, noise.p_mask
@@ -43,6 +44,8 @@ def dense_cross_entropy(profile, model, noise, args, denominator, unsloth):
         return logits.sum() * 0.0, None, {"masked_fraction": 0.0}
 
     token_loss = F.cross_entropy(logits[masked].float(), input_ids[masked], reduction="none")
+    if score is not None:
+        score(logits, input_ids, masked)
     if weighting == "inverse_t":
         token_loss = token_loss / p_mask[masked]
     if _by_answer_length(profile, denominator):
@@ -58,8 +61,9 @@ def dense_cross_entropy(profile, model, noise, args, denominator, unsloth):
     return loss, None, metrics
 
 
-def chunked_cross_entropy(profile, model, noise, args, denominator, unsloth):
-    """Unsloth 2026.10.6: chunked cross-entropy, taking hidden states when the head is fusable."""
+def chunked_cross_entropy(profile, model, noise, args, denominator, unsloth, score=None):
+    """Unsloth 2026.10.6: chunked cross-entropy, taking hidden states when the head is fusable. (No logits are
+    held, so no `score`: its accuracy is evaluation's.)"""
     weighting = check_weighting(profile, args)
     input_ids, masked, p_mask = noise.input_ids, noise.masked, noise.p_mask
     device = input_ids.device

@@ -1,7 +1,8 @@
 """What a window's draws say about the run, logged with the release's own metrics (so every `report_to`
 integration and trainer_state.json receive them): the window's masked tokens (the normalization's
 denominator), the mean and spread of the noise levels its examples drew, and the share of its loss weight
-that per-micro-batch normalization would have moved. And of a keyed evaluation (`EvalScores`): its masked-token
+that per-micro-batch normalization would have moved; where the loss holds the logits (the dense loss of
+2026.10.4-.5), the windows' masked-token accuracy (`TrainingAccuracy`). And of a keyed evaluation (`EvalScores`): its masked-token
 accuracy and its loss in each noise-level bucket, read from the forward the release's loss already made.
 
 Computed from the drawn masks alone (no RNG, no forward), so observing never changes training. Where the
@@ -13,7 +14,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import config, noise, window
+from . import config, noise, registry, window
 from .batch_keys import UNSLOTH_PREPARED
 
 # The logged names, as they appear in the Trainer's log (training: as written; evaluation has none).
@@ -24,7 +25,7 @@ COUNT, LEVEL_MEAN, LEVEL_SPREAD, MOVED = (
     "moved_weight_share",
 )
 NAMES = (COUNT, LEVEL_MEAN, LEVEL_SPREAD, MOVED)
-ACCURACY = "masked_token_accuracy"  # evaluation's, after evaluate()'s prefix: eval_masked_token_accuracy
+ACCURACY = "masked_token_accuracy"  # training's as written; evaluation's after its prefix: eval_masked_token_accuracy
 CHUNK = 512  # masked tokens scored at a time: a chunk's fp32 logits are CHUNK x vocabulary
 ABSENT = -1.0  # a slot of the window this rank has no micro-batch in (the epoch's last window)
 
@@ -103,6 +104,83 @@ def log_drawn(trainer, batches, slots):
         sink[f"train/{name}"].append(value.detach().float().reshape(()))
 
 
+def hit(logits, tokens):
+    """Is each token's logit the highest of its position (a tie at the top counts)? Not argmax(): on a CPU its
+    kernel takes 15 times as long as amax's, which made the accuracy cost 7 % of the bench's training step."""
+    return logits.gather(-1, tokens[..., None])[..., 0] >= logits.amax(dim=-1)
+
+
+class TrainingAccuracy:
+    """The masked-token accuracy of the training windows since the last log, where the loss holds the logits:
+    each window's hits (the token's logit the highest) over its masked tokens (every rank's, where its count is summed across ranks),
+    the mean over the windows that masked a token, as the release averages its other metrics over windows.
+
+    Each rank adds hits / count as its micro-batches go (tensors: no wait for the device); the ranks' sums are
+    gathered once per log, at the Trainer's log, which every rank calls where Trainer gathers its own loss."""
+
+    def __init__(self, accelerator, replicas):
+        self.accelerator = accelerator
+        self.replicas = replicas  # window.trainer_counting's: None where the count is rank-local
+        self.windows = 0  # windows collected since the last log: the same number on every rank
+        self.sums = None  # float64 [sum of hits / window count, windows that masked a token]
+
+    def collected(self):
+        self.windows += 1
+
+    def counted(self, count):
+        """The window's count is known (at its first micro-batch on this rank)."""
+        self._add(torch.zeros((), dtype=torch.float64, device=count.device), (count > 0).double())
+
+    def scored(self, logits, tokens, masked, count):
+        """A micro-batch's logits, tokens and mask, for its window of `count` masked tokens. (Every position's
+        `hit`, then the masked ones: no copy of the masked logits.)"""
+        with torch.no_grad():
+            hits = (hit(logits, tokens) & masked).sum().double()
+        self._add(hits / count.clamp_min(1).double(), torch.zeros((), dtype=torch.float64, device=hits.device))
+
+    def _add(self, share, windows):
+        part = torch.stack([share, windows])
+        self.sums = part if self.sums is None else self.sums + part.to(self.sums.device)
+
+    def take(self, device):
+        """The accuracy since the last log (a float), or None where no window masked a token; starts afresh.
+        Collective where the count is summed across ranks and a window was collected since the last log."""
+        if self.windows == 0:
+            return None
+        self.windows = 0
+        local = torch.zeros(2, dtype=torch.float64, device=device) if self.sums is None else self.sums.to(device)
+        self.sums = None
+        if self.replicas is None:
+            share, windows = local[0], local[1]
+        else:  # (a rank with no micro-batch in a window did not count it: the most any rank counted)
+            everyone = self.accelerator.gather(local[None])
+            share, windows = everyone[:, 0].sum() / self.replicas, everyone[:, 1].max()
+        return float(share / windows) if windows > 0 else None
+
+
+def training_accuracy(trainer):
+    """The trainer's TrainingAccuracy, made at its first window; None where the run's metrics are off."""
+    if not config.METRICS.of(trainer.args):
+        return None
+    kept = registry.per_trainer(trainer)
+    if kept.accuracy is None:
+        replicas, _ = window.trainer_counting(trainer)
+        kept.accuracy = TrainingAccuracy(trainer.accelerator, replicas)
+    return kept.accuracy
+
+
+def log_training_accuracy(trainer, logs):
+    """Before the release's log() averages its training metrics: the accuracy since the last log, where the run
+    has one, put among them."""
+    kept = trainer.__dict__.get(registry.PER_TRAINER)
+    if kept is None or kept.accuracy is None or any(key.startswith("eval_") for key in logs):
+        return  # (an evaluation's log: the training windows wait for the next training log)
+    found = kept.accuracy.take(trainer.args.device)
+    sink = getattr(trainer, "_diffusion_metrics", None)
+    if found is not None and sink is not None:
+        sink[f"train/{ACCURACY}"] = [found]
+
+
 # --- a keyed evaluation's accuracy and masked CE by noise level ------------------------------------------------------
 
 
@@ -127,7 +205,7 @@ def forward_output(model):
 
 
 def row_scores(output, head, drawn, shift):
-    """Per row of a drawn batch, float64: its masked tokens' cross-entropy sum, argmax hits, and masked tokens,
+    """Per row of a drawn batch, float64: its masked tokens' cross-entropy sum, hits, and masked tokens,
     from the forward's output - its logits, or where the loss fused the head (`head` not None) the hidden states,
     scored through the head CHUNK tokens at a time. `shift`: position i's output predicts token i + 1."""
     scores = output.logits if hasattr(output, "logits") else output[0]
@@ -143,14 +221,14 @@ def row_scores(output, head, drawn, shift):
             part, wanted = chosen[start : start + CHUNK], targets[start : start + CHUNK]
             logits = (part if head is None else F.linear(part, head.weight, head.bias)).float()
             ce[start : start + CHUNK] = F.cross_entropy(logits, wanted, reduction="none").double()
-            hits[start : start + CHUNK] = (logits.argmax(dim=-1) == wanted).double()
+            hits[start : start + CHUNK] = hit(logits, wanted).double()
     zeros = torch.zeros(masked.shape[0], dtype=torch.float64, device=targets.device)
     return zeros.index_add(0, rows, ce), zeros.index_add(0, rows, hits), masked.sum(dim=1).double()
 
 
 class EvalScores:
     """An evaluation's keyed draws, scored: per noise-level bucket (of the row's mask probability p) the sum of
-    its rows' masked cross-entropy and their masked tokens; over every row the argmax hits and masked tokens. Kept
+    its rows' masked cross-entropy and their masked tokens; over every row the hits (metrics.hit) and masked tokens. Kept
     as one float64 vector, gathered once. (Unweighted, as the release's masked_ce: the 1/p weights would let a
     bucket's lowest levels speak for it, and eval_loss is the weighted whole already.)"""
 

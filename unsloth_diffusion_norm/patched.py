@@ -6,7 +6,7 @@ diffusion classes; each target wrapped once."""
 from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, samples, window
 from .registry import Patch
 from .window import Window
-from .wrappers import batch_samples_arguments, loss_arguments, replaced, wrap
+from .wrappers import batch_samples_arguments, log_arguments, loss_arguments, replaced, wrap
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
 
@@ -40,8 +40,9 @@ def _window_loss(release, profile, model, inputs, args, this_window):
 
     slot = inputs[batch_keys.SLOT]
     drawn = this_window.noise(slot, draw)
+    score = this_window.scorer()  # (a Window has a scorer only on the dense shape, whose loss holds the logits)
     result = this_window.divide(
-        lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module)
+        lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module, score)
     )
     return this_window.logged(slot, result)
 
@@ -67,7 +68,14 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
         # Trainer's own, looked up now: Unsloth may have rewritten it since this patch was applied.
         return super(release.trainer_module.DiffusionTrainer, trainer).get_batch_samples(*pos, **kwargs)
     rule = window.data_parallel_rule(trainer)
-    return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer))
+    # Training accuracy where the loss holds the logits (the dense shape); the chunked loss fuses the head
+    accuracy = metrics.training_accuracy(trainer) if release.shape == detect.DENSE else None
+    return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer), accuracy)
+
+
+def _log(release, wrapped, trainer, pos, kwargs):
+    metrics.log_training_accuracy(trainer, log_arguments(*pos, **kwargs))
+    return wrapped(*pos, **kwargs)
 
 
 def _trainer_init(release, wrapped, trainer, pos, kwargs):
@@ -125,6 +133,14 @@ def release_patches(release):
             wrap(_get_batch_samples, release),
             "collects the window (its noise and masked-token count are shared by its micro-batches) "
             "and, for per-sample noise, each row's generator seed",
+        ),
+        Patch(
+            "DiffusionTrainer.log",
+            trainer_class,
+            "log",
+            wrap(_log, release),
+            "where the loss holds the logits (dense-ce), the training windows' masked-token accuracy among the "
+            "metrics it averages, every rank's hits summed once per log",
         ),
         Patch(
             "DiffusionTrainer.model_accepts_loss_kwargs",

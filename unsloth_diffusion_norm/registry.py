@@ -89,6 +89,7 @@ class PerTrainer:
         self.patches = []  # the trainer's own patches (native releases), listed by status() while it lives
         self.order = None  # per-sample noise: the DataOrder callback registered with the trainer
         self.eval_order = None  # diffusion_eval_noise="fixed": the running evaluation's EvalOrder
+        self.accuracy = None  # the training windows' metrics.TrainingAccuracy, where the loss holds the logits
 
 
 def per_trainer(trainer):

@@ -21,11 +21,12 @@ class Window:
     Trainer restored a checkpoint's RNG state, before any forward - in micro-batch order, so the draws
     are the release's own. Only the inputs and their noise are kept until the window ends."""
 
-    def __init__(self, batches, reduce_count, loss_scale, observe=None):
+    def __init__(self, batches, reduce_count, loss_scale, observe=None, accuracy=None):
         self.batches = batches
         self.reduce_count = reduce_count
         self.loss_scale = loss_scale
         self.observe = observe  # metrics.observer's (the count and the metrics), or None: no metrics logged
+        self.accuracy = accuracy  # metrics.TrainingAccuracy, where the loss holds the logits and metrics are on
         self.noises = None
         self.count = None  # realized masked tokens of the window (summed across ranks when asked)
         self.metrics = None
@@ -40,7 +41,15 @@ class Window:
                 self.count = self.reduce_count(counts.sum())
             else:  # the count travels with the metrics: still one collective per window
                 self.count, self.metrics = self.observe(self.noises, counts)
+            if self.accuracy is not None:
+                self.accuracy.counted(self.count)
         return self.noises[index]
+
+    def scorer(self):
+        """`score(logits, tokens, masked)` for a loss that holds the logits, or None where nothing is kept."""
+        if self.accuracy is None:
+            return None
+        return lambda logits, tokens, masked: self.accuracy.scored(logits, tokens, masked, self.count)
 
     def logged(self, index, result):
         """A micro-batch's (loss, outputs, metrics) with the window's metrics added to the first micro-batch's:
@@ -60,15 +69,18 @@ class Window:
         return result
 
 
-def collect(trainer, epoch_iterator, num_batches, rule, observer=None):
+def collect(trainer, epoch_iterator, num_batches, rule, observer=None, accuracy=None):
     """(the window's micro-batches, its Window) for `rule` = (reduce_count, loss_scale); ([], None) when the
     data is spent, as Trainer's own fetch returns. The Window stands in for Trainer's num_items_in_batch: not None,
     so Trainer does not divide by the accumulation steps again, and its count is known once its noise is drawn.
-    `observer(slots)`: the window's metrics.observer, or None."""
+    `observer(slots)`: the window's metrics.observer, or None; `accuracy`: the run's metrics.TrainingAccuracy,
+    or None."""
     batches = fetch(trainer, epoch_iterator, num_batches)
     if not batches:
         return batches, None
-    return batches, Window(batches, *rule, observe=observer(num_batches) if observer else None)
+    if accuracy is not None:
+        accuracy.collected()
+    return batches, Window(batches, *rule, observe=observer(num_batches) if observer else None, accuracy=accuracy)
 
 
 def fetch(trainer, epoch_iterator, num_batches):

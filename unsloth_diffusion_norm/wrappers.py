@@ -54,6 +54,10 @@ def batch_samples_arguments(epoch_iterator, num_batches, *_, **__):
     return epoch_iterator, num_batches
 
 
+def log_arguments(logs, *_, **__):
+    return logs
+
+
 def loss_arguments(model, inputs, args, num_items_in_batch=None, *_, **__):
     return model, inputs, args, num_items_in_batch
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
+from unsloth_diffusion_norm import detect
 from unsloth_diffusion_norm.proof import experiment, fixtures, judging, oracle
 from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers
 from unsloth_diffusion_norm.proof.judging import OracleSettings, judge
@@ -227,8 +228,12 @@ def test_the_window_metrics_are_logged_as_the_oracle_computes_them_and_change_no
     verdicts = [judge(on, window) for window in on.windows]
     assert len(verdicts) == 3 and all(v.ok and v.metrics_error is not None for v in verdicts), verdicts
     assert on.windows[-1].logs["moved_weight_share"] == 0.0  # one micro-batch: nothing can move
+    # The training accuracy where the loss holds the logits (the dense shape), judged with the rest; elsewhere none
+    holds_logits = unsloth_diffusion_norm.status().shape == detect.DENSE
+    assert all((oracle.ACCURACY_NAME in window.logs) == holds_logits for window in on.windows), on.windows[0].logs
     off = experiment.train(**spec, diffusion_metrics=False)
-    assert not any(name in window.logs for window in off.windows for name in oracle.METRIC_NAMES)
+    named = (*oracle.METRIC_NAMES, oracle.ACCURACY_NAME)
+    assert not any(name in window.logs for window in off.windows for name in named)
     for ours, theirs in zip(on.windows, off.windows):
         assert ours.logged_loss == theirs.logged_loss
         for name in ours.params_after:

@@ -137,6 +137,12 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
         metrics_error = max(errors.values())
         # Computed from exact counts and fp32 levels, whatever the run's precision: the fp32 tolerance.
         ratios += [error / oracle.tolerance(expected[name]) for name, error in errors.items()]
+        if oracle.ACCURACY_NAME in logs:  # where the loss holds the logits: the window's training accuracy
+            accuracy, close = oracle.window_accuracy(model, seen, settings.mask_id, settings.shift, precision)
+            error = abs(logs[oracle.ACCURACY_NAME] - accuracy)  # (None where nothing was masked: nothing logged)
+            metrics_error = max(metrics_error, error)
+            # a hit within round-off of a tie may fall either way: that share of tokens is no error
+            ratios.append(max(0.0, error - close) / oracle.tolerance(accuracy))
     return Verdict(
         reference.loss,
         record.logged_loss,

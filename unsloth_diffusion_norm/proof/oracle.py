@@ -254,7 +254,7 @@ def evaluation_losses(model, masks, mask_id, inverse_t=True):
 
 def evaluation_scores(model, masks, mask_id, shift=False, buckets=5):
     """What a keyed evaluation logs beyond its loss, from the replayed masks of every batch and draw: the share
-    of masked tokens whose argmax logit is the token, and per noise-level bucket k (a row's p_mask in
+    of masked tokens whose logit is the highest of their position (a tie at the top counts), and per noise-level bucket k (a row's p_mask in
     [k/B, (k+1)/B), p = 1 in the last) the mean cross-entropy of its rows' masked tokens, unweighted.
     (accuracy or None, {k: CE} of the buckets that hold a masked token). Full logits, one row at a time."""
     hits = total = 0
@@ -273,7 +273,7 @@ def evaluation_scores(model, masks, mask_id, shift=False, buckets=5):
                 chosen, targets = logits[masked], tokens[masked]
                 sums[k] += F.cross_entropy(chosen, targets, reduction="sum").item()
                 counts[k] += int(masked.sum())
-                hits += int((chosen.argmax(dim=-1) == targets).sum())
+                hits += sum(int(logit[target] >= logit.max()) for logit, target in zip(chosen, targets))
                 total += int(masked.sum())
     losses = {k: sums[k] / counts[k] for k in range(buckets) if counts[k]}
     return (hits / total if total else None), losses
@@ -304,6 +304,29 @@ def low_confidence_decode(model, prompt, length, mask_id, steps, shift=False):
 
 
 METRIC_NAMES = ("window_masked_tokens", "noise_level_mean", "noise_level_std", "moved_weight_share")
+ACCURACY_NAME = "masked_token_accuracy"
+
+
+def window_accuracy(model, masks_by_rank, mask_id, shift=False, precision="fp32"):
+    """A window's masked-token accuracy (every rank's micro-batches): the share of its masked tokens whose logit
+    is the highest of their position (a tie at the top counts), or None where nothing is masked; and the share whose top two logits lie within the
+    precision's tolerance of each other (a hit the run's own round-off may decide either way). Full logits,
+    one micro-batch at a time."""
+    hits = close = total = 0
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for m in (m for masks in masks_by_rank for m in masks):
+            tokens, masked = m.tokens.to(device), m.masked.to(device)
+            output = model(input_ids=torch.where(masked, mask_id, tokens))
+            logits = (output.logits if hasattr(output, "logits") else output[0]).float()
+            if shift:
+                logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+            chosen, targets = logits[masked], tokens[masked]
+            hits += sum(int(logit[target] >= logit.max()) for logit, target in zip(chosen, targets))
+            top = chosen.topk(2, dim=-1).values
+            close += sum(int(a - b <= tolerance(a, precision)) for a, b in top.tolist())
+            total += len(targets)
+    return (hits / total if total else None), (close / total if total else 0.0)
 
 
 def window_metrics(masks_by_rank):
