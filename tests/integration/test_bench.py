@@ -64,8 +64,27 @@ def test_the_gpu_bench_runs_its_code_at_the_tiny_size_on_cpu(plugin, tmp_path):
     found = bench.gpu_part(str(tmp_path / "part.json"), bench.GPU_SMOKE, log=lambda line: None)
     assert json.loads((tmp_path / "part.json").read_text())["rows"] == found["rows"]
     assert [r["ga"] for r in found["rows"]] == [2] * len(bench.variants(found["mode"]))
+    assert all(len(r["block_ratios"]) == bench.GPU_SMOKE.blocks for r in found["rows"])
     table = bench.render_gpu([found, found])
     assert table.count("| tiny |") == 0 and table.count(f"{found['unsloth']} ({found['mode']})") == 2 * len(
         found["rows"]
     )
-    assert "| 1.000 |" in table and "Each release ran in its own process" in table
+    assert "| 1.000 |" in table and "Each release ran in its own process" in table and "ratio per block" in table
+
+
+def test_the_gpu_bench_times_the_metrics_off_beside_the_plugin_and_pairs_its_blocks():
+    """On a GPU the metrics' cost is timed too (turning them off is no opt-in), and each ratio is read block by
+    block against the baseline timed beside it: a drift between blocks cancels out of the paired ratios."""
+    from unsloth_diffusion_norm.registry import NATIVE, PATCHED
+    from unsloth_diffusion_norm.tools.bench_report import block_ratio_range
+
+    timed = {
+        mode: [label for label, _, flags in bench.variants(mode) if not bench.opts_in(flags)]
+        for mode in (PATCHED, NATIVE)
+    }
+    assert timed[PATCHED] == ["unpatched", "plugin", "plugin, diffusion_metrics=False"]
+    assert timed[NATIVE][0] == "native, unpatched (Unsloth's own)" and len(timed[NATIVE]) == 3
+    assert bench.GPU.blocks * bench.GPU.steps >= 16
+    row = {"block_ratios": [1.004, 0.998, 1.001]}
+    assert block_ratio_range(row) == "0.998–1.004" and block_ratio_range(row, first_row=True) == "—"
+    assert block_ratio_range({"spread": 0.02}) == "—"  # a part written before the blocks were paired

@@ -112,6 +112,16 @@ def draw(found, path):
     return path
 
 
+def block_ratio_range(row, first_row=False):
+    """'lowest-highest' of a row's ratios to its part's baseline block by block (timed side by side, so what drifts
+    between blocks cancels): the figure that says whether a ratio is resolved to 1 %. '—' for the baseline itself,
+    a part of its own (no baseline beside it) or a part written before the bench paired its blocks."""
+    ratios = row.get("block_ratios")
+    if first_row or not ratios:
+        return "—"
+    return f"{min(ratios):.3f}–{max(ratios):.3f}"
+
+
 def render_gpu(parts):
     """One table of the GPU bench's parts, in the order run: every variant's step time and peak memory, as
     ratios to the first part's first variant (the unpatched release, timed interleaved with the plugin)."""
@@ -135,13 +145,24 @@ def render_gpu(parts):
             f"{r['step_ms']:.1f}",
             f"{r['step_ms'] / base['step_ms']:.3f}",
             "—" if r["spread"] is None else f"{r['spread']:.1%}",
+            block_ratio_range(r, first_row=r is part["rows"][0]),
             f"{r['peak_mib']:.0f}",
             f"{r['peak_mib'] / base['peak_mib']:.4f}",
         ]
         for part in parts
         for r in part["rows"]
     ]
-    header = ["Unsloth", "GA", "variant", "step time (ms)", "ratio", "blocks apart", "peak memory (MiB)", "peak ratio"]
+    header = [
+        "Unsloth",
+        "GA",
+        "variant",
+        "step time (ms)",
+        "ratio",
+        "blocks apart",
+        "ratio per block",
+        "peak memory (MiB)",
+        "peak ratio",
+    ]
     lines += tables.markdown(header, rows)
     if len(parts) > 1:
         lines += ["", "Each release ran in its own process, one after the other on the same device."]
