@@ -169,16 +169,99 @@ def training_accuracy(trainer):
     return kept.accuracy
 
 
-def log_training_accuracy(trainer, logs):
-    """Before the release's log() averages its training metrics: the accuracy since the last log, where the run
-    has one, put among them."""
+class OwnSteps:
+    """A run at a per-micro-batch normalization (a profile's own, or 'microbatch'), whose release draws each
+    micro-batch's noise inside its loss: each training micro-batch's draw, reduced at once to a few numbers of its
+    optimizer step (its masked tokens in its slot, its rows' level sums), and at the Trainer's log the metrics of
+    the steps since the last log, each step's as `of` gives a window's, their mean as the release averages its
+    own. Where counts are summed across ranks the steps' numbers are gathered there, at the log every rank calls."""
+
+    def __init__(self, accelerator, replicas, slots):
+        self.accelerator = accelerator
+        self.replicas = replicas  # window.trainer_counting's: None where the count is rank-local
+        self.slots = slots  # micro-batches per optimizer step (the accumulation steps)
+        self.steps = {}  # optimizer step (the global_step it trains from) -> [counts], level sum, square sum, rows
+
+    def drawn(self, step, drawn):
+        levels = drawn.p_mask[:, 0].double()
+        kept = self.steps.setdefault(step, [[], 0.0, 0.0, 0.0])
+        kept[0].append(drawn.masked.sum().double())
+        kept[1:] = kept[1] + levels.sum(), kept[2] + (levels * levels).sum(), kept[3] + levels.numel()
+
+    def take(self, device):
+        """{name: float} of the steps drawn since the last take (their mean), or {} where none; starts afresh."""
+        rows = []
+        for step, (counts, level_sum, square_sum, total) in sorted(self.steps.items()):
+            per_slot = torch.full((self.slots,), ABSENT, dtype=torch.float64, device=device)
+            per_slot[: len(counts)] = torch.stack(counts).to(device)
+            sums = torch.tensor([float(level_sum), float(square_sum), total], dtype=torch.float64, device=device)
+            rows.append(torch.cat([torch.tensor([float(step)], dtype=torch.float64, device=device), per_slot, sums]))
+        self.steps = {}
+        local = torch.stack(rows) if rows else torch.zeros((0, self.slots + 4), dtype=torch.float64, device=device)
+        if self.replicas is None:
+            everyone = local[None]
+        else:  # (ranks may hold different steps: a rank with no micro-batch in one; padded rows have step -1)
+            padded = self.accelerator.pad_across_processes(local, dim=0, pad_index=-1)
+            everyone = self.accelerator.gather(padded[None])
+        found = {}
+        steps = sorted({int(step) for step in everyone[:, :, 0].flatten().tolist() if step >= 0})
+        for step in steps:
+            parts = torch.stack([_row(rank, step, self.slots) for rank in everyone])
+            count = parts[:, 1 : 1 + self.slots].clamp_min(0).sum() // (self.replicas or 1)
+            for name, value in of(parts[:, 1:], self.slots, count).items():
+                found.setdefault(name, []).append(float(value))
+        return {name: sum(values) / len(values) for name, values in found.items()}
+
+
+def _row(rank, step, slots):
+    """A rank's row of `step`; for a step it had no micro-batch in, every slot absent and no rows."""
+    found = rank[rank[:, 0] == step]
+    if len(found):
+        return found[0]
+    row = torch.zeros(rank.shape[1], dtype=rank.dtype, device=rank.device)
+    row[1 : 1 + slots] = ABSENT
+    return row
+
+
+def own_steps(trainer):
+    """The trainer's OwnSteps, made at its first training micro-batch; None where the run's metrics are off."""
+    if not config.METRICS.of(trainer.args):
+        return None
+    kept = registry.per_trainer(trainer)
+    if kept.own_steps is None:
+        replicas, _ = window.trainer_counting(trainer)
+        kept.own_steps = OwnSteps(trainer.accelerator, replicas, trainer.args.gradient_accumulation_steps)
+    return kept.own_steps
+
+
+def observe_own_draw(trainer, model, draw):
+    """A training micro-batch of a per-micro-batch run, before its release draws and trains on it: `draw()` is the
+    release's own draw of it, made here under a forked RNG (so the release then draws the same noise from the same
+    state), kept as numbers of its step. Nothing where the metrics are off or the model is evaluating."""
+    steps = own_steps(trainer) if model.training else None
+    if steps is None:
+        return
+    devices = sorted({p.device.index for p in model.parameters() if p.device.type == "cuda"})
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        drawn = draw()
+    steps.drawn(trainer.state.global_step, drawn)
+
+
+def before_log(trainer, logs):
+    """Before the release's log() averages its training metrics: the training accuracy since the last log, and the
+    metrics of a per-micro-batch run's steps, where the run has them, put among them. (An evaluation's log leaves
+    them for the next training log.)"""
     kept = trainer.__dict__.get(registry.PER_TRAINER)
-    if kept is None or kept.accuracy is None or any(key.startswith("eval_") for key in logs):
-        return  # (an evaluation's log: the training windows wait for the next training log)
-    found = kept.accuracy.take(trainer.args.device)
     sink = getattr(trainer, "_diffusion_metrics", None)
-    if found is not None and sink is not None:
-        sink[f"train/{ACCURACY}"] = [found]
+    if kept is None or sink is None or any(key.startswith("eval_") for key in logs):
+        return
+    if kept.accuracy is not None:
+        found = kept.accuracy.take(trainer.args.device)
+        if found is not None:
+            sink[f"train/{ACCURACY}"] = [found]
+    if kept.own_steps is not None:
+        for name, value in kept.own_steps.take(trainer.args.device).items():
+            sink[f"train/{name}"] = [value]
 
 
 # --- a keyed evaluation's accuracy and masked CE by noise level ------------------------------------------------------

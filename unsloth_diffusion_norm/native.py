@@ -7,7 +7,16 @@ import dataclasses
 from . import batch_keys, config, construction, evaluation, metrics, noise, per_sample, registry, samples, window
 from .registry import Patch
 from .window import Window
-from .wrappers import batch_samples_arguments, loss_arguments, prepare_arguments, replaced, wrap, wrap_method
+from .wrappers import (
+    batch_samples_arguments,
+    log_arguments,
+    loss_arguments,
+    prediction_arguments,
+    prepare_arguments,
+    replaced,
+    wrap,
+    wrap_method,
+)
 
 
 def _trainer_init(release, wrapped, trainer, pos, kwargs):
@@ -52,10 +61,12 @@ def trainer_patches(release, trainer, noise_mode):
     wanted = config.upstream_normalization_for(trainer.diffusion_profile, args)
     deferred = noise_mode == config.GLOBAL and wanted == config.GLOBAL_MASKED_TOKENS
     keyed_evaluation = config.eval_noise_for(args) == config.FIXED
+    # A per-micro-batch loss draws in compute_loss: its draws are observed there for the run's metrics
+    observed = _observed_patches(trainer) if wanted != config.GLOBAL_MASKED_TOKENS and config.METRICS.of(args) else []
     if getattr(args, config.NORMALIZATION.name, None) is None and not (
         deferred or keyed_evaluation or noise_mode == config.PER_SAMPLE
     ):
-        return []
+        return observed
     profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=wanted)
     patches = [
         Patch(
@@ -84,7 +95,45 @@ def trainer_patches(release, trainer, noise_mode):
         patches += evaluation.trainer_patches(
             release, trainer, lambda function: wrap_method(trainer, function, release)
         )
-    return patches
+    return patches + observed
+
+
+def _observed_patches(trainer):
+    """A per-micro-batch run's metrics: each training micro-batch's draw observed before upstream's loss draws it,
+    the steps' metrics put among upstream's at each log."""
+    return [
+        Patch(
+            "compute_loss",
+            trainer,
+            "compute_loss",
+            wrap_method(trainer, _observed_loss),
+            "each training micro-batch's draw observed for the run's metrics, under a forked RNG, before "
+            "upstream's per-micro-batch loss draws it",
+        ),
+        Patch(
+            "log",
+            trainer,
+            "log",
+            wrap_method(trainer, _log),
+            "puts the per-micro-batch run's metrics among those upstream averages, every rank's summed once per log",
+        ),
+    ]
+
+
+def _observed_loss(wrapped, trainer, pos, kwargs):
+    model, inputs = prediction_arguments(*pos, **kwargs)
+
+    def draw():  # upstream's own draw of it (through this trainer's profile copy's keyed draws where it has them)
+        prepared = inputs.get(batch_keys.UNSLOTH_PREPARED)
+        return noise.Noise(*(prepared or trainer.diffusion_profile.prepare_batch(model, inputs, trainer.args)))
+
+    metrics.observe_own_draw(trainer, model, draw)
+    return wrapped(*pos, **kwargs)
+
+
+def _log(wrapped, trainer, pos, kwargs):
+    metrics.before_log(trainer, log_arguments(*pos, **kwargs))
+    return wrapped(*pos, **kwargs)
 
 
 def _profile_loss(release, profile, deferred, keyed_evaluation):

@@ -6,7 +6,7 @@ diffusion classes; each target wrapped once."""
 from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, samples, window
 from .registry import Patch
 from .window import Window
-from .wrappers import batch_samples_arguments, log_arguments, loss_arguments, replaced, wrap
+from .wrappers import batch_samples_arguments, log_arguments, loss_arguments, prediction_arguments, replaced, wrap
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
 
@@ -74,8 +74,25 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
 
 
 def _log(release, wrapped, trainer, pos, kwargs):
-    metrics.log_training_accuracy(trainer, log_arguments(*pos, **kwargs))
+    metrics.before_log(trainer, log_arguments(*pos, **kwargs))
     return wrapped(*pos, **kwargs)
+
+
+def _trainer_compute_loss(release, wrapped, trainer, pos, kwargs):
+    """A per-micro-batch run (not window-normalized): the micro-batch's draw observed for the run's metrics before
+    the release's own loss draws it (the window path observes the window's draws where it makes them)."""
+    model, inputs = prediction_arguments(*pos, **kwargs)
+    profile = getattr(trainer, "diffusion_profile", None)
+    if isinstance(profile, release.masked_module.MaskedDiffusionProfile) and not window.uses_window(trainer):
+        metrics.observe_own_draw(trainer, model, lambda: _own_draw(release, profile, model, inputs, trainer.args))
+    return wrapped(*pos, **kwargs)
+
+
+def _own_draw(release, profile, model, inputs, args):
+    """The draw the release's own loss makes of a training micro-batch, or `_micro_batch_loss`'s from its rows."""
+    rows = inputs.get(batch_keys.ROWS)
+    drawn = release.draw(profile, model, inputs, args, rows)
+    return drawn if rows is None else noise.paired_if_asked(drawn, profile, args)
 
 
 def _trainer_init(release, wrapped, trainer, pos, kwargs):
@@ -139,8 +156,16 @@ def release_patches(release):
             trainer_class,
             "log",
             wrap(_log, release),
-            "where the loss holds the logits (dense-ce), the training windows' masked-token accuracy among the "
-            "metrics it averages, every rank's hits summed once per log",
+            "puts among the metrics it averages the training accuracy where the loss holds the logits (dense-ce) "
+            "and a per-micro-batch run's metrics, every rank's summed once per log",
+        ),
+        Patch(
+            "DiffusionTrainer.compute_loss",
+            trainer_class,
+            "compute_loss",
+            wrap(_trainer_compute_loss, release),
+            "a per-micro-batch run (not window-normalized): each training micro-batch's draw observed for the run's "
+            "metrics, under a forked RNG, before the release's loss draws it",
         ),
         Patch(
             "DiffusionTrainer.model_accepts_loss_kwargs",

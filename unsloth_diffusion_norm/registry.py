@@ -90,6 +90,7 @@ class PerTrainer:
         self.order = None  # per-sample noise: the DataOrder callback registered with the trainer
         self.eval_order = None  # diffusion_eval_noise="fixed": the running evaluation's EvalOrder
         self.accuracy = None  # the training windows' metrics.TrainingAccuracy, where the loss holds the logits
+        self.own_steps = None  # a per-micro-batch run's metrics.OwnSteps: the draws its release makes in its loss
 
 
 def per_trainer(trainer):

@@ -31,8 +31,8 @@ def test_patch_takes_and_comes_off(plugin):
     assert nemotron().loss_normalization == config.GLOBAL_MASKED_TOKENS
     assert config.NORMALIZATION.name in DiffusionConfig.__dataclass_fields__
     names = [name for name, _ in status.patches]
-    # eight of the release's own objects, then three per DiffusionConfig flag and DiffusionConfig.__init__
-    assert len(names) == len(set(names)) == 8 + 3 * len(config.FIELDS) + 1
+    # nine of the release's own objects, then three per DiffusionConfig flag and DiffusionConfig.__init__
+    assert len(names) == len(set(names)) == 9 + 3 * len(config.FIELDS) + 1
 
     original_loss = vars(MaskedDiffusionProfile)["compute_loss"].__wrapped__
     unsloth_diffusion_norm.unpatch()

@@ -169,17 +169,29 @@ def test_microbatch_flag_reproduces_the_old_run_bitwise(trainer_stack):
 
 @pytest.mark.parametrize("name", ["dream", "llada"])  # masked tokens / answer length, per micro-batch
 def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack, name):
+    """Bitwise the release's own run; and its metrics logged from the draws the release's loss makes (observed
+    under a forked RNG), each step's the oracle's from the replayed masks (a partial last window of one
+    micro-batch of three); none with diffusion_metrics=False, which changes nothing."""
     from unsloth.models.diffusion_profiles import diffusion_profiles
 
     dream = next(p for p in diffusion_profiles() if p.name == name)
-    results = []
+    spec = dict(examples=fixtures.mixed_answers(14), batch_size=2, gradient_accumulation_steps=3, seed=3)
     unsloth_diffusion_norm.apply()
-    results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))
+    ours = experiment.train(**spec, diffusion_profile=dream)
+    quiet = experiment.train(**spec, diffusion_profile=dream, diffusion_metrics=False)
     with unsloth_diffusion_norm.unpatched():
-        results.append(experiment.train(equal_answers(4), seed=0, diffusion_profile=dream))
-    ours, theirs = results
-    for a, b in zip(ours.windows, theirs.windows):
-        assert a.logged_loss == b.logged_loss
+        theirs = experiment.train(**spec, diffusion_profile=dream)
+    unsloth_diffusion_norm.apply()
+    for run in (quiet, theirs):
+        for a, b in zip(ours.windows, run.windows, strict=True):
+            assert a.logged_loss == b.logged_loss
+            assert all(torch.equal(a.params_after[n], b.params_after[n]) for n in a.params_after)
+    assert not any(name in window.logs for window in quiet.windows for name in oracle.METRIC_NAMES)
+    eps = oracle.OBJECTIVES[name].eps
+    for window in ours.windows:
+        expected = oracle.window_metrics([judging.realized(window.batches, window.rng_state, eps)])
+        assert all(abs(window.logs[k] - v) <= oracle.tolerance(v) for k, v in expected.items()), window.logs
+    assert ours.windows[-1].logs["moved_weight_share"] == 0.0  # one micro-batch: nothing can move
 
 
 def test_full_training_windows_2_2_1_with_evaluation_parity(plugin, trainer_stack):
