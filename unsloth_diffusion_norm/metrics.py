@@ -2,12 +2,15 @@
 integration and trainer_state.json receive them): the window's masked tokens (the normalization's
 denominator), the mean and spread of the noise levels its examples drew, and the share of its loss weight
 that per-micro-batch normalization would have moved; where the loss holds the logits (the dense loss of
-2026.10.4-.5), the windows' masked-token accuracy (`TrainingAccuracy`). And of a keyed evaluation (`EvalScores`): its masked-token
-accuracy and its loss in each noise-level bucket, read from the forward the release's loss already made.
+2026.10.4-.5), the windows' masked-token accuracy (`TrainingAccuracy`). The same numbers of a run at a
+per-micro-batch normalization, whose release draws inside its loss (`OwnSteps`). And of a keyed evaluation
+(`EvalScores`): its masked-token accuracy and its loss in each noise-level bucket, read from the forward the
+release's loss already made.
 
-Computed from the drawn masks alone (no RNG, no forward), so observing never changes training. Where the
-window's count is summed across data-parallel ranks the quantities are global: each rank's part (`summary`)
-is gathered once, when the window's noise is drawn; where it is rank-local, so are they."""
+Computed from the drawn masks (no forward; a per-micro-batch run's draw made again under a forked RNG), so
+observing never changes training. Where the window's count is summed across data-parallel ranks the quantities
+are global: each rank's part (`summary`) is gathered once, when the window's noise is drawn (the accuracy and a
+per-micro-batch run's steps: at each log); where it is rank-local, so are they."""
 
 import contextlib
 
@@ -16,6 +19,7 @@ import torch.nn.functional as F
 
 from . import config, noise, registry, window
 from .batch_keys import UNSLOTH_PREPARED
+from .wrappers import log_arguments
 
 # The logged names, as they appear in the Trainer's log (training: as written; evaluation has none).
 COUNT, LEVEL_MEAN, LEVEL_SPREAD, MOVED = (
@@ -112,8 +116,8 @@ def hit(logits, tokens):
 
 class TrainingAccuracy:
     """The masked-token accuracy of the training windows since the last log, where the loss holds the logits:
-    each window's hits (the token's logit the highest) over its masked tokens (every rank's, where its count is summed across ranks),
-    the mean over the windows that masked a token, as the release averages its other metrics over windows.
+    each window's hits (the token's logit the highest) over its masked tokens (every rank's, where its count is
+    summed across ranks), the mean over the windows that masked a token, as the release averages its metrics.
 
     Each rank adds hits / count as its micro-batches go (tensors: no wait for the device); the ranks' sums are
     gathered once per log, at the Trainer's log, which every rank calls where Trainer gathers its own loss."""
@@ -158,15 +162,21 @@ class TrainingAccuracy:
         return float(share / windows) if windows > 0 else None
 
 
-def training_accuracy(trainer):
-    """The trainer's TrainingAccuracy, made at its first window; None where the run's metrics are off."""
+def _kept(trainer, name, make):
+    """The trainer's `name` record (PerTrainer), `make(accelerator, replicas)` at first use; None where the run's
+    metrics are off."""
     if not config.METRICS.of(trainer.args):
         return None
     kept = registry.per_trainer(trainer)
-    if kept.accuracy is None:
+    if getattr(kept, name) is None:
         replicas, _ = window.trainer_counting(trainer)
-        kept.accuracy = TrainingAccuracy(trainer.accelerator, replicas)
-    return kept.accuracy
+        setattr(kept, name, make(trainer.accelerator, replicas))
+    return getattr(kept, name)
+
+
+def training_accuracy(trainer):
+    """The trainer's TrainingAccuracy, made at its first window; None where the run's metrics are off."""
+    return _kept(trainer, "accuracy", TrainingAccuracy)
 
 
 class OwnSteps:
@@ -225,13 +235,8 @@ def _row(rank, step, slots):
 
 def own_steps(trainer):
     """The trainer's OwnSteps, made at its first training micro-batch; None where the run's metrics are off."""
-    if not config.METRICS.of(trainer.args):
-        return None
-    kept = registry.per_trainer(trainer)
-    if kept.own_steps is None:
-        replicas, _ = window.trainer_counting(trainer)
-        kept.own_steps = OwnSteps(trainer.accelerator, replicas, trainer.args.gradient_accumulation_steps)
-    return kept.own_steps
+    slots = trainer.args.gradient_accumulation_steps
+    return _kept(trainer, "own_steps", lambda accelerator, replicas: OwnSteps(accelerator, replicas, slots))
 
 
 def observe_own_draw(trainer, model, draw):
@@ -245,6 +250,12 @@ def observe_own_draw(trainer, model, draw):
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
         drawn = draw()
     steps.drawn(trainer.state.global_step, drawn)
+
+
+def logged(wrapped, trainer, pos, kwargs):
+    """The release's log(), wrapped: `before_log` first."""
+    before_log(trainer, log_arguments(*pos, **kwargs))
+    return wrapped(*pos, **kwargs)
 
 
 def before_log(trainer, logs):

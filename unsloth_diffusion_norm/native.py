@@ -9,7 +9,6 @@ from .registry import Patch
 from .window import Window
 from .wrappers import (
     batch_samples_arguments,
-    log_arguments,
     loss_arguments,
     prediction_arguments,
     prepare_arguments,
@@ -114,7 +113,7 @@ def _observed_patches(trainer):
             "log",
             trainer,
             "log",
-            wrap_method(trainer, _log),
+            wrap_method(trainer, metrics.logged),
             "puts the per-micro-batch run's metrics among those upstream averages, every rank's summed once per log",
         ),
     ]
@@ -128,11 +127,6 @@ def _observed_loss(wrapped, trainer, pos, kwargs):
         return noise.Noise(*(prepared or trainer.diffusion_profile.prepare_batch(model, inputs, trainer.args)))
 
     metrics.observe_own_draw(trainer, model, draw)
-    return wrapped(*pos, **kwargs)
-
-
-def _log(wrapped, trainer, pos, kwargs):
-    metrics.before_log(trainer, log_arguments(*pos, **kwargs))
     return wrapped(*pos, **kwargs)
 
 

@@ -6,7 +6,7 @@ diffusion classes; each target wrapped once."""
 from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, samples, window
 from .registry import Patch
 from .window import Window
-from .wrappers import batch_samples_arguments, log_arguments, loss_arguments, prediction_arguments, replaced, wrap
+from .wrappers import batch_samples_arguments, loss_arguments, prediction_arguments, replaced, wrap
 
 LOSSES = {detect.DENSE: loss.dense_cross_entropy, detect.CHUNKED: loss.chunked_cross_entropy}
 
@@ -52,11 +52,15 @@ def _micro_batch_loss(release, profile, model, inputs, args):
     window-normalized run, and per-sample noise under 'microbatch' (its keyed draws are training draws: paired
     where asked)."""
     loss.check_weighting(profile, args)
+    drawn = _micro_batch_draw(release, profile, model, inputs, args)
+    return LOSSES[release.shape](profile, model, drawn, args, drawn.masked.sum(), release.masked_module)
+
+
+def _micro_batch_draw(release, profile, model, inputs, args):
+    """A micro-batch's own draw: the release's, or from its rows' keys (per-sample noise: paired where asked)."""
     rows = inputs.get(batch_keys.ROWS)
     drawn = release.draw(profile, model, inputs, args, rows)
-    if rows is not None:
-        drawn = noise.paired_if_asked(drawn, profile, args)
-    return LOSSES[release.shape](profile, model, drawn, args, drawn.masked.sum(), release.masked_module)
+    return drawn if rows is None else noise.paired_if_asked(drawn, profile, args)
 
 
 def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
@@ -73,26 +77,15 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
     return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer), accuracy)
 
 
-def _log(release, wrapped, trainer, pos, kwargs):
-    metrics.before_log(trainer, log_arguments(*pos, **kwargs))
-    return wrapped(*pos, **kwargs)
-
-
 def _trainer_compute_loss(release, wrapped, trainer, pos, kwargs):
-    """A per-micro-batch run (not window-normalized): the micro-batch's draw observed for the run's metrics before
-    the release's own loss draws it (the window path observes the window's draws where it makes them)."""
+    """A per-micro-batch run (not window-normalized): the micro-batch's draw, the one the release's own loss (or
+    `_micro_batch_loss`) makes, observed for the run's metrics first (a window's draws are observed where made)."""
     model, inputs = prediction_arguments(*pos, **kwargs)
     profile = getattr(trainer, "diffusion_profile", None)
     if isinstance(profile, release.masked_module.MaskedDiffusionProfile) and not window.uses_window(trainer):
-        metrics.observe_own_draw(trainer, model, lambda: _own_draw(release, profile, model, inputs, trainer.args))
+        args = trainer.args
+        metrics.observe_own_draw(trainer, model, lambda: _micro_batch_draw(release, profile, model, inputs, args))
     return wrapped(*pos, **kwargs)
-
-
-def _own_draw(release, profile, model, inputs, args):
-    """The draw the release's own loss makes of a training micro-batch, or `_micro_batch_loss`'s from its rows."""
-    rows = inputs.get(batch_keys.ROWS)
-    drawn = release.draw(profile, model, inputs, args, rows)
-    return drawn if rows is None else noise.paired_if_asked(drawn, profile, args)
 
 
 def _trainer_init(release, wrapped, trainer, pos, kwargs):
@@ -155,7 +148,7 @@ def release_patches(release):
             "DiffusionTrainer.log",
             trainer_class,
             "log",
-            wrap(_log, release),
+            wrap(metrics.logged),
             "puts among the metrics it averages the training accuracy where the loss holds the logits (dense-ce) "
             "and a per-micro-batch run's metrics, every rank's summed once per log",
         ),
