@@ -126,34 +126,32 @@ class TrainingAccuracy:
         self.accelerator = accelerator
         self.replicas = replicas  # window.trainer_counting's: None where the count is rank-local
         self.windows = 0  # windows collected since the last log: the same number on every rank
-        self.sums = None  # float64 [sum of hits / window count, windows that masked a token]
+        self.share = 0.0  # sum of each micro-batch's hits / its window's count (a device tensor once added to)
+        self.masking = 0.0  # windows that masked a token (ditto)
 
     def collected(self):
         self.windows += 1
 
     def counted(self, count):
         """The window's count is known (at its first micro-batch on this rank)."""
-        self._add(torch.zeros((), dtype=torch.float64, device=count.device), (count > 0).double())
+        self.masking = self.masking + (count > 0).double()
 
     def scored(self, logits, tokens, masked, count):
         """A micro-batch's logits, tokens and mask, for its window of `count` masked tokens. (Every position's
         `hit`, then the masked ones: no copy of the masked logits.)"""
         with torch.no_grad():
             hits = (hit(logits, tokens) & masked).sum().double()
-        self._add(hits / count.clamp_min(1).double(), torch.zeros((), dtype=torch.float64, device=hits.device))
-
-    def _add(self, share, windows):
-        part = torch.stack([share, windows])
-        self.sums = part if self.sums is None else self.sums + part.to(self.sums.device)
+        self.share = self.share + hits / count.clamp_min(1).double()
 
     def take(self, device):
         """The accuracy since the last log (a float), or None where no window masked a token; starts afresh.
         Collective where the count is summed across ranks and a window was collected since the last log."""
         if self.windows == 0:
             return None
-        self.windows = 0
-        local = torch.zeros(2, dtype=torch.float64, device=device) if self.sums is None else self.sums.to(device)
-        self.sums = None
+        local = torch.stack(
+            [torch.as_tensor(v, dtype=torch.float64, device=device) for v in (self.share, self.masking)]
+        )
+        self.windows, self.share, self.masking = 0, 0.0, 0.0
         if self.replicas is None:
             share, windows = local[0], local[1]
         else:  # (a rank with no micro-batch in a window did not count it: the most any rank counted)
@@ -239,15 +237,15 @@ def own_steps(trainer):
     return _kept(trainer, "own_steps", lambda accelerator, replicas: OwnSteps(accelerator, replicas, slots))
 
 
-def observe_own_draw(trainer, model, draw):
+def observe_own_draw(trainer, model, device, draw):
     """A training micro-batch of a per-micro-batch run, before its release draws and trains on it: `draw()` is the
-    release's own draw of it, made here under a forked RNG (so the release then draws the same noise from the same
-    state), kept as numbers of its step. Nothing where the metrics are off or the model is evaluating."""
+    release's own draw of it on `device` (its input_ids'), made here under a forked RNG (so the release then draws
+    the same noise from the same state), kept as numbers of its step. Nothing where the metrics are off or the
+    model is evaluating."""
     steps = own_steps(trainer) if model.training else None
     if steps is None:
         return
-    devices = sorted({p.device.index for p in model.parameters() if p.device.type == "cuda"})
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+    with torch.no_grad(), torch.random.fork_rng(devices=[device.index] if device.type == "cuda" else []):
         drawn = draw()
     steps.drawn(trainer.state.global_step, drawn)
 

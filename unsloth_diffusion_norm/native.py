@@ -122,11 +122,10 @@ def _observed_patches(trainer):
 def _observed_loss(wrapped, trainer, pos, kwargs):
     model, inputs = prediction_arguments(*pos, **kwargs)
 
-    def draw():  # upstream's own draw of it (through this trainer's profile copy's keyed draws where it has them)
-        prepared = inputs.get(batch_keys.UNSLOTH_PREPARED)
-        return noise.Noise(*(prepared or trainer.diffusion_profile.prepare_batch(model, inputs, trainer.args)))
+    def draw():  # upstream's own (per-micro-batch: never drawn at the fetch), keyed where the profile copy is
+        return noise.Noise(*trainer.diffusion_profile.prepare_batch(model, inputs, trainer.args))
 
-    metrics.observe_own_draw(trainer, model, draw)
+    metrics.observe_own_draw(trainer, model, inputs["input_ids"].device, draw)
     return wrapped(*pos, **kwargs)
 
 

@@ -84,7 +84,10 @@ def _trainer_compute_loss(release, wrapped, trainer, pos, kwargs):
     profile = getattr(trainer, "diffusion_profile", None)
     if isinstance(profile, release.masked_module.MaskedDiffusionProfile) and not window.uses_window(trainer):
         args = trainer.args
-        metrics.observe_own_draw(trainer, model, lambda: _micro_batch_draw(release, profile, model, inputs, args))
+        device = inputs["input_ids"].device
+        metrics.observe_own_draw(
+            trainer, model, device, lambda: _micro_batch_draw(release, profile, model, inputs, args)
+        )
     return wrapped(*pos, **kwargs)
 
 

@@ -187,6 +187,19 @@ def row_weights(masks, normalization):
     return weights
 
 
+def scores(model, input_ids, shift=False):
+    """The model's fp32 logits for `input_ids` (a ModelOutput's, or the first element where a forward returns a
+    plain tuple); `shift`: position i's logits moved to i + 1, position 0 scored by its own."""
+    output = model(input_ids=input_ids)
+    logits = (output.logits if hasattr(output, "logits") else output[0]).float()
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
+
+
+def hits(chosen, targets):
+    """How many of the tokens `targets` have the highest logit of their row of `chosen` (a tie at the top counts)."""
+    return sum(int(logit[target] >= logit.max()) for logit, target in zip(chosen, targets))
+
+
 def window_loss(model, masks, mask_id, inverse_t=True, shift=False, normalization=WINDOW):
     """sum over the window of CE/p_mask at masked positions, divided by the window's masked tokens (or, for a
     per-micro-batch `normalization`, each micro-batch by its own, averaged). `shift`: the target at position i
@@ -202,11 +215,7 @@ def window_loss(model, masks, mask_id, inverse_t=True, shift=False, normalizatio
         tokens = torch.cat([m.tokens for m, _ in group]).to(device)
         masked = torch.cat([m.masked for m, _ in group]).to(device)
         p_mask = torch.cat([m.p_mask for m, _ in group]).to(device)
-        output = model(input_ids=torch.where(masked, mask_id, tokens))
-        # A ModelOutput's logits, or the first element where a forward returns a plain tuple.
-        logits = (output.logits if hasattr(output, "logits") else output[0]).float()
-        if shift:
-            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        logits = scores(model, torch.where(masked, mask_id, tokens), shift)
         token_loss = F.cross_entropy(logits[masked], tokens[masked], reduction="none")
         if inverse_t:
             token_loss = token_loss / p_mask[masked]
@@ -254,29 +263,27 @@ def evaluation_losses(model, masks, mask_id, inverse_t=True):
 
 def evaluation_scores(model, masks, mask_id, shift=False, buckets=5):
     """What a keyed evaluation logs beyond its loss, from the replayed masks of every batch and draw: the share
-    of masked tokens whose logit is the highest of their position (a tie at the top counts), and per noise-level bucket k (a row's p_mask in
-    [k/B, (k+1)/B), p = 1 in the last) the mean cross-entropy of its rows' masked tokens, unweighted.
+    of masked tokens whose logit is the highest of their position (a tie at the top counts), and per noise-level
+    bucket k (a row's p_mask in [k/B, (k+1)/B), p = 1 in the last) the mean cross-entropy of its rows' masked
+    tokens, unweighted.
     (accuracy or None, {k: CE} of the buckets that hold a masked token). Full logits, one row at a time."""
-    hits = total = 0
+    hit = total = 0
     sums, counts = [0.0] * buckets, [0] * buckets
     device = next(model.parameters()).device
     with torch.no_grad():
         for m in masks:
             for row in range(m.tokens.shape[0]):
                 tokens, masked = m.tokens[row : row + 1].to(device), m.masked[row : row + 1].to(device)
-                output = model(input_ids=torch.where(masked, mask_id, tokens))
-                logits = (output.logits if hasattr(output, "logits") else output[0]).float()
-                if shift:
-                    logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+                logits = scores(model, torch.where(masked, mask_id, tokens), shift)
                 level = float(m.p_mask[row, 0])
                 k = min(int(level * buckets), buckets - 1)
                 chosen, targets = logits[masked], tokens[masked]
                 sums[k] += F.cross_entropy(chosen, targets, reduction="sum").item()
                 counts[k] += int(masked.sum())
-                hits += sum(int(logit[target] >= logit.max()) for logit, target in zip(chosen, targets))
+                hit += hits(chosen, targets)
                 total += int(masked.sum())
     losses = {k: sums[k] / counts[k] for k in range(buckets) if counts[k]}
-    return (hits / total if total else None), losses
+    return (hit / total if total else None), losses
 
 
 def low_confidence_decode(model, prompt, length, mask_id, steps, shift=False):
@@ -291,10 +298,7 @@ def low_confidence_decode(model, prompt, length, mask_id, steps, shift=False):
     with torch.no_grad():
         for take in schedule:
             ids = list(prompt) + [mask_id if token is None else token for token in answer]
-            output = model(input_ids=torch.tensor([ids], device=device))
-            logits = (output.logits if hasattr(output, "logits") else output[0])[0].float()
-            if shift:
-                logits = torch.cat([logits[:1], logits[:-1]])
+            logits = scores(model, torch.tensor([ids], device=device), shift)[0]
             probabilities = F.softmax(logits, dim=-1)
             open_positions = [i for i, token in enumerate(answer) if token is None]
             ranked = sorted(open_positions, key=lambda i: -probabilities[len(prompt) + i].max().item())
@@ -309,24 +313,20 @@ ACCURACY_NAME = "masked_token_accuracy"
 
 def window_accuracy(model, masks_by_rank, mask_id, shift=False, precision="fp32"):
     """A window's masked-token accuracy (every rank's micro-batches): the share of its masked tokens whose logit
-    is the highest of their position (a tie at the top counts), or None where nothing is masked; and the share whose top two logits lie within the
-    precision's tolerance of each other (a hit the run's own round-off may decide either way). Full logits,
-    one micro-batch at a time."""
-    hits = close = total = 0
+    is the highest of their position (a tie at the top counts), or None where nothing is masked; and the share
+    whose top two logits lie within the precision's tolerance of each other (a hit the run's own round-off may
+    decide either way). Full logits, one micro-batch at a time."""
+    hit = close = total = 0
     device = next(model.parameters()).device
     with torch.no_grad():
         for m in (m for masks in masks_by_rank for m in masks):
             tokens, masked = m.tokens.to(device), m.masked.to(device)
-            output = model(input_ids=torch.where(masked, mask_id, tokens))
-            logits = (output.logits if hasattr(output, "logits") else output[0]).float()
-            if shift:
-                logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
-            chosen, targets = logits[masked], tokens[masked]
-            hits += sum(int(logit[target] >= logit.max()) for logit, target in zip(chosen, targets))
+            chosen, targets = scores(model, torch.where(masked, mask_id, tokens), shift)[masked], tokens[masked]
+            hit += hits(chosen, targets)
             top = chosen.topk(2, dim=-1).values
             close += sum(int(a - b <= tolerance(a, precision)) for a, b in top.tolist())
             total += len(targets)
-    return (hits / total if total else None), (close / total if total else 0.0)
+    return (hit / total if total else None), (close / total if total else 0.0)
 
 
 def window_metrics(masks_by_rank):
