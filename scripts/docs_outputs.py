@@ -4,15 +4,18 @@ A block is the fenced code block right after a marker line `<!-- output: NAME --
 the command and its stamp, `$ COMMAND   # at COMMIT · Unsloth X · transformers Y · TRL Z · torch W`; the rest is
 what the command printed, shortened where BLOCKS says so (a shortened block says "shortened" in its stamp line).
 
-    python scripts/docs_outputs.py              # run every block's command, rewrite the blocks in place
-    python scripts/docs_outputs.py --only NAME  # one block
+    python scripts/docs_outputs.py              # run every block's command into its record, render every page
+    python scripts/docs_outputs.py --only NAME  # one block's command, then render every page
+    python scripts/docs_outputs.py --render     # run nothing: render every page from the records as they are
     python scripts/docs_outputs.py --list       # the blocks, their pages and commands
 
-It refuses to run on a tree whose files other than pages (*.md) differ from HEAD: the stamp names the commit
-the code was at. The other real outputs in the docs come from commands too long to rerun with every change (the bench, the
-matrix, the convergence study, the data-parallel and sharded launches, the GPU check); each page names the
-command and the commit that produced them. tests/unit/test_docs_outputs.py holds the markers, the stamps and
-the pinned versions; tests/integration/test_reproduce.py holds the reproduction's block to what the command
+Each command's output is a record (records/output-NAME.json, unsloth_diffusion_norm/tools/records.py), and so is
+every other measurement (the bench, the matrix, the convergence study, the fuzzer, mutation testing, the GPU
+check: each tool writes its own); rendering puts every record's figures, tables and blocks into the README and
+docs/, each with the commit it was measured at, and says where the code changed since. Running commands refuses a
+tree whose files other than pages (*.md) and records differ from HEAD: the record names the commit the code was
+at. tests/unit/test_records.py holds every page to the records; tests/unit/test_docs_outputs.py the markers, the
+stamps and the pinned versions; tests/integration/test_reproduce.py the reproduction's block to what the command
 prints now.
 """
 
@@ -26,11 +29,14 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from unsloth_diffusion_norm.tools import records  # noqa: E402  (plain Python: the checkout's own)
+
 CLI = "unsloth-diffusion-norm"
-MARKER = re.compile(r"^<!-- output: (?P<name>[\w-]+) -->\n```[^\n]*\n(?P<body>.*?)^```$", re.M | re.S)
+MARKER = records.OUTPUT
 STAMP = re.compile(
-    r"^\$ (?P<command>.+?) +# (?P<shortened>shortened, )?at (?P<commit>[0-9a-f]{7,40}) · Unsloth (?P<unsloth>\S+) · "
-    r"transformers (?P<transformers>\S+) · TRL (?P<trl>\S+) · torch (?P<torch>\S+)$"
+    r"^\$ (?P<command>.+?) +# (?P<shortened>shortened, )?at (?P<commit>[0-9a-f]{7,40})(?: \((?P<since>.+) changed "
+    r"since\))? · Unsloth (?P<unsloth>\S+) · transformers (?P<transformers>\S+) · TRL (?P<trl>\S+) · torch (?P<torch>\S+)$"
 )
 
 
@@ -89,15 +95,6 @@ def versions(block):
     return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
-def stamp(block, commit, found):
-    command = " ".join((CLI,) + block.arguments)
-    shortened = "shortened, " if block.shortened else ""
-    return (
-        f"$ {command}   # {shortened}at {commit} · Unsloth {found['unsloth']} · transformers "
-        f"{found['transformers']} · TRL {found['trl']} · torch {found['torch']}"
-    )
-
-
 def run(block):
     """The command's output as it prints it (stdout and stderr together, as a terminal shows them)."""
     env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
@@ -112,13 +109,15 @@ def run(block):
     return block.keep(lines) if block.keep else lines
 
 
-def commit_of_the_code(pages):
+def commit_of_the_code():
     """The short commit HEAD, refusing a tree whose code differs from it (the stamp would not say the truth);
     changed pages (*.md) are allowed, no command prints them."""
     changed = subprocess.run(
         ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    others = [line for line in changed if line[3:] not in pages and not line.endswith(".md")]  # pages: no output
+    others = [
+        line for line in changed if not line.endswith(".md") and not line[3:].startswith("records/")
+    ]  # pages and records: no command reads them
     if others:
         sys.exit("docs_outputs: commit these changes first, the stamp names the commit:\n" + "\n".join(others))
     return subprocess.run(
@@ -126,36 +125,29 @@ def commit_of_the_code(pages):
     ).stdout.strip()
 
 
-def rewrite(page, name, text):
-    path = os.path.join(ROOT, page)
-    with open(path, encoding="utf-8") as f:
-        content = f.read()
-    matches = [m for m in MARKER.finditer(content) if m.group("name") == name]
-    if len(matches) != 1:
-        sys.exit(f"docs_outputs: {page} has {len(matches)} blocks named {name}, not 1")
-    match = matches[0]
-    start, end = match.span("body")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(content[:start] + text + "\n" + content[end:])
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=sorted(BLOCKS), help="these blocks only")
     parser.add_argument("--list", action="store_true", help="list the blocks and stop")
+    parser.add_argument("--render", action="store_true", help="run nothing: render the pages from the records")
     args = parser.parse_args(argv)
-    names = args.only or list(BLOCKS)
+    names = [] if args.render else args.only or list(BLOCKS)
     if args.list:
         for name in names:
             where = f"   (in .matrix/{BLOCKS[name].leg})" if BLOCKS[name].leg else ""
             print(f"{name:<16} {BLOCKS[name].page:<20} {CLI} {' '.join(BLOCKS[name].arguments)}{where}")
         return 0
-    commit = commit_of_the_code({BLOCKS[name].page for name in names})
+    if names:
+        commit = commit_of_the_code()
     for name in names:
         block = BLOCKS[name]
         lines = run(block)
-        rewrite(block.page, name, "\n".join([stamp(block, commit, versions(block)), *lines]))
-        print(f"{name}: {len(lines)} lines into {block.page}")
+        command = " ".join((CLI, *block.arguments))
+        figures = {"lines": lines, "shortened": block.shortened}
+        records.write(f"output-{name}", command, figures, covers=records.PLUGIN, found=versions(block), commit=commit)
+        print(f"{name}: {len(lines)} lines into records/output-{name}.json")
+    for path in records.render_pages(records.pages()):
+        print(f"rendered {os.path.relpath(path, ROOT)}")
     return 0
 
 

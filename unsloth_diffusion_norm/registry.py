@@ -19,6 +19,7 @@ DISABLED = "disabled"  # UNSLOTH_DIFFUSION_NORM=0: the flags are accepted, the t
 UNPATCHED = "unpatched"  # the user called unpatch(); remembered until apply()
 UNSUPPORTED = "unsupported"  # a release or shape we do not recognise; nothing patched
 BROKEN = "broken"  # the plugin's own installation is incomplete (a dependency is missing); nothing patched
+MODES = (PENDING, PATCHED, NATIVE, DISABLED, UNPATCHED, UNSUPPORTED, BROKEN)  # every mode, in the order above
 
 
 # Plain classes, not dataclasses: `import unsloth_diffusion_norm` stays cheap (dataclasses pulls inspect).
