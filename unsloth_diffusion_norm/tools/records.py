@@ -308,8 +308,5 @@ def render_pages(paths):
 
 
 def pages():
-    """The README and every page under docs/."""
-    return [
-        os.path.join(ROOT, "README.md"),
-        *sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)),
-    ]
+    """The README and every page of docs/ (docs/gpu-check/ holds the GPU check's own files, not pages)."""
+    return [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
