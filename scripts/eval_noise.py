@@ -7,6 +7,8 @@
 2. --curve: an eval-loss curve over a short real run on the docstring data set (built here, nothing downloaded;
    a random-initialized model of the tiny model's class at the tokenizer's vocabulary), with the field unset,
    with "fixed", and with "fixed" and 4 draws per example; --plot draws it. Takes a few minutes on 2 CPU cores.
+
+The tables go to records/eval-noise.json (docs/noise.md renders them from there).
 """
 
 import argparse
@@ -28,6 +30,7 @@ from unsloth_diffusion_norm.proof import fixtures, tables  # noqa: E402
 fixtures.import_unsloth()  # the plugin first, as users do
 from unsloth_diffusion_norm.proof import experiment  # noqa: E402
 from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers  # noqa: E402
+from unsloth_diffusion_norm.tools import records  # noqa: E402
 
 SEED = 42
 TRAIN = equal_answers(8)
@@ -171,30 +174,29 @@ def main(argv=None):
     status = unsloth_diffusion_norm.apply()
     print(f"Unsloth {status.unsloth_version}, plugin mode {status.mode}\n")
     rows = defects()
-    print(render(rows))
+    shown = {"defects": render(rows)}
+    print(shown["defects"])
     report = {"unsloth": status.unsloth_version, "defects": rows}
     if args.curve:
         report["curve"] = found = curve()
-        print(
-            "\n"
-            + "\n".join(
-                tables.markdown(
-                    ["diffusion_eval_noise", *(f"step {s}" for s in next(iter(found.values()))["steps"])],
-                    [[label, *(f"{v:.3f}" for v in arm["eval_loss"])] for label, arm in found.items()],
-                )
+        shown["curve"] = "\n".join(
+            tables.markdown(
+                ["diffusion_eval_noise", *(f"step {s}" for s in next(iter(found.values()))["steps"])],
+                [[label, *(f"{v:.3f}" for v in arm["eval_loss"])] for label, arm in found.items()],
             )
         )
-        print(
-            "\n"
-            + "\n".join(
-                tables.markdown(
-                    ["diffusion_eval_noise", "seconds evaluating (all evaluations)", "whole run"],
-                    [[label, f"{arm['eval_seconds']:.2f}", f"{arm['seconds']:.1f}"] for label, arm in found.items()],
-                )
+        shown["seconds"] = "\n".join(
+            tables.markdown(
+                ["diffusion_eval_noise", "seconds evaluating (all evaluations)", "whole run"],
+                [[label, f"{arm['eval_seconds']:.2f}", f"{arm['seconds']:.1f}"] for label, arm in found.items()],
             )
         )
+        print("\n" + shown["curve"] + "\n\n" + shown["seconds"])
         if args.plot:
             draw(found, args.plot)
+    command = " ".join(["python scripts/eval_noise.py", *(argv if argv is not None else sys.argv[1:])])
+    records.write("eval-noise", command, {**report, "mode": status.mode}, tables=shown)
+    print("\nrecords/eval-noise.json written")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -7,6 +7,9 @@ at every step, and the first 3 eval answers decoded at each evaluation (diffusio
 evaluation's metrics, the last evaluation's samples, and what evaluating cost with the run's metrics and samples
 on and off (the same run again with diffusion_metrics=False, no samples); --plot draws the loss, the window's masked tokens and noise level,
 and the eval masked CE by noise-level bucket against the step. About a minute on 2 CPU cores.
+
+The run's first logged step, its last evaluation and that evaluation's samples go to records/metrics-run.json
+(docs/metrics.md renders them from there).
 """
 
 import argparse
@@ -24,6 +27,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import unsloth_diffusion_norm  # noqa: E402
 from unsloth_diffusion_norm.proof import fixtures, tables  # noqa: E402
+from unsloth_diffusion_norm.tools import records  # noqa: E402
 
 fixtures.import_unsloth()  # the plugin first, as users do
 
@@ -121,6 +125,11 @@ def draw(history, path):
     figure.savefig(path, dpi=100)
 
 
+def _table(title, logged):
+    """One logged entry as a two-column table, the metrics in the log's order."""
+    return "\n".join(tables.markdown(["metric", title], [[f"`{n}`", f"{v:.4g}"] for n, v in logged.items()]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plot", help="draw the run's metrics into this PNG")
@@ -153,6 +162,39 @@ def main(argv=None):
     )
     if args.plot:
         draw(history, args.plot)
+    first = next(e for e in history if "loss" in e and "window_masked_tokens" in e)
+    shown = {name: value for name, value in first.items() if name not in ("epoch", "learning_rate", "step")}
+    evaluation = {
+        name: value for name, value in evals[-1].items() if name.startswith("eval_") and "runtime" not in name
+    }
+    evaluation.pop("eval_samples_per_second", None)
+    evaluation.pop("eval_steps_per_second", None)
+    records.write(
+        "metrics-run",
+        " ".join(["python scripts/metrics_run.py", *(argv if argv is not None else sys.argv[1:])]),
+        {
+            "mode": status.mode,
+            "run": RUN,
+            "first_step": first,
+            "last_evaluation": evals[-1],
+            "samples": last,
+            "seconds": [seconds, plain_seconds],
+            "evaluating": [evaluating, plain_evaluating],
+            "losses_bitwise_equal": same,
+        },
+        tables={
+            "step": _table(f"step {first['step']}", shown),
+            "evaluation": _table(f"evaluation at step {evals[-1]['step']}", evaluation),
+            "samples": "\n".join(
+                [
+                    "```json",
+                    *(json.dumps({n: line[n] for n in ("index", "prompt", "sample", "reference")}) for line in last),
+                    "```",
+                ]
+            ),
+        },
+    )
+    print("\nrecords/metrics-run.json written")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
