@@ -130,9 +130,9 @@ NORMALIZATION = Flag(
     CHOICE,
     (WINDOW, MICROBATCH),
     None,
-    "'window': divide each micro-batch's weighted loss sum by the masked-token count of the whole "
-    "optimizer step (NVIDIA's Nemotron-Labs-Diffusion normalization); 'microbatch': the profile's own "
-    "per-micro-batch normalization (Unsloth 2026.10.4-.6 behaviour); None: the profile's default.",
+    "'window': each micro-batch's weighted loss sum divided by the whole optimizer step's masked tokens "
+    "(NVIDIA's normalization); 'microbatch': the profile's own per-micro-batch normalization; None: the "
+    "profile's default.",
     f"{EVERY_RELEASE}; 'window' on {MASKED_PROFILES} only (a block / encoder profile takes None or 'microbatch')",
     {
         "patched": "each profile's own (Nemotron: window)",
@@ -144,11 +144,10 @@ NOISE = Flag(
     CHOICE,
     (GLOBAL, PER_SAMPLE),
     None,
-    "'global': the release's own draws from the global RNG, drawn when the window is first trained on "
-    "(after a resumed run restored its RNG); 'per_sample': each example's noise from a generator keyed "
-    "by (seed, epoch, its position in the global data order) - independent of the data-parallel layout "
-    "and different on every rank; None (the default): 'per_sample' where the model's config sets NVIDIA's "
-    "dp_varying_mask_ratio=True, else 'global', on every supported release.",
+    "'global': the release's own draws from the global RNG, made at the window's first training step "
+    "(resume-exact); 'per_sample': each example's noise from a generator keyed by (seed, epoch, its position "
+    "in the global data order), whatever the data-parallel layout; None: 'per_sample' where the model's "
+    "config sets dp_varying_mask_ratio=True, else 'global'.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}",
     {
         "patched": "'global', the release's own draws made at the window's first training step (resume-exact), or "
@@ -163,11 +162,9 @@ EVAL_NOISE = Flag(
     CHOICE,
     (FIXED,),
     None,
-    "'fixed': every evaluation example's noise level and masks come from generators keyed by (seed, its "
-    "position in the eval set, the draw), never from the global RNG, and an evaluation leaves every global RNG "
-    "as it found it: the same weights give the same eval loss, and evaluating never changes training; None (the "
-    "default): the release's own draws from the global RNG (then every evaluation moves the training draws "
-    "that follow it).",
+    "'fixed': each evaluation example's noise from generators keyed by (seed, eval position, draw), and every "
+    "global RNG left as it was: the same weights give the same eval loss, and evaluating never changes "
+    "training; None: the release's own draws from the global RNG.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}",
     {
         "patched": "the release's own evaluation draws from the global RNG (an evaluation moves the training draws "
@@ -181,9 +178,8 @@ EVAL_DRAWS = Flag(
     COUNT,
     (),
     1,
-    "With diffusion_eval_noise='fixed': K keyed draws per evaluation example, one forward each; the eval loss "
-    "is the mean of the K draws' losses (each normalized as the release normalizes an evaluation batch). "
-    "Default 1.",
+    "With diffusion_eval_noise='fixed': K keyed draws per evaluation example, one forward each; the eval loss is "
+    "their mean.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; K > 1 with diffusion_eval_noise='fixed' only",
     "one draw per evaluation example",
 )
@@ -192,10 +188,9 @@ T_SAMPLER = Flag(
     CHOICE,
     (STRATIFIED,),
     None,
-    "'stratified': the n examples of an optimizer step (all micro-batches, all ranks) get one noise level in "
-    "each stratum [k/n, (k+1)/n) of the release's t range, the stratum of each example drawn by key, so each "
-    "example's t keeps the release's law; needs per-sample keys (diffusion_noise='per_sample'). None (the "
-    "default): each example's t drawn on its own.",
+    "'stratified': the n examples of an optimizer step (all micro-batches and ranks) get one noise level in "
+    "each stratum [k/n, (k+1)/n), each example's t still following the release's law; needs "
+    "diffusion_noise='per_sample'. None: each t drawn on its own.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; with per-sample noise only",
     "each example's t drawn on its own",
 )
@@ -204,10 +199,9 @@ COMPLEMENTARY = Flag(
     SWITCH,
     (True,),
     False,
-    "True: every training example is trained on a pair, its mask M at level p and the complement of M within "
-    "its maskable tokens at level 1 - p (where 1 - p falls below the noise floor, M again at p), each weighted "
-    "by its own inverse probability and counted in the window's masked tokens; twice the forward compute. "
-    "False (the default): one mask per example.",
+    "True: each training example is trained on its mask M at level p and on M's complement at level 1 - p (M "
+    "again where 1 - p is below the noise floor), each weighted by its own inverse probability; twice the "
+    "forward compute. False: one mask per example.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; where the plugin draws the run's noise (window normalization or "
     "per-sample noise)",
     "one mask per example",
@@ -217,15 +211,13 @@ METRICS = Flag(
     SWITCH,
     (False,),
     True,
-    "True (the default): each optimizer step logs, beside the release's own metrics, the window's masked tokens "
-    "(window_masked_tokens), the mean and spread of its examples' noise levels (noise_level_mean, "
-    "noise_level_std: the mask probability (1-eps)·t + eps) and the share of its loss weight per-micro-batch "
-    "normalization would move (moved_weight_share), global across data-parallel ranks that share the count; "
-    "computed from the drawn masks, so training is bitwise the same; and with diffusion_eval_noise='fixed', "
-    "each evaluation's masked-token accuracy (eval_masked_token_accuracy) and its masked CE by noise level "
-    "(diffusion_eval_buckets), global across ranks. False: none of them.",
-    f"{EVERY_RELEASE}; {MASKED_PROFILES}; training: wherever a window's noise is drawn before its first forward "
-    "(window normalization on 2026.10.4-.6; window-normalized runs on 2026.10.7+); evaluation: where it is keyed",
+    "True: every run logs, each optimizer step, window_masked_tokens, noise_level_mean, noise_level_std and "
+    "moved_weight_share (global across the ranks that share the count), and a window-normalized run on "
+    "2026.10.4-.5 (dense loss) masked_token_accuracy; a keyed evaluation logs eval_masked_token_accuracy and "
+    "its masked CE by noise level. Computed from the drawn masks: training is bitwise the same. False: none "
+    "of them.",
+    f"{EVERY_RELEASE}; {MASKED_PROFILES}; training: every run (masked_token_accuracy: window-normalized runs "
+    "on 2026.10.4-.5); evaluation: where it is keyed",
     "the window's metrics logged (and keyed evaluation's accuracy and masked CE by noise level)",
 )
 EVAL_BUCKETS = Flag(
@@ -233,9 +225,8 @@ EVAL_BUCKETS = Flag(
     COUNT,
     (),
     5,
-    "With diffusion_eval_noise='fixed' and diffusion_metrics on: the number of equal noise-level buckets "
-    "[k/B, (k+1)/B) of the mask probability in which an evaluation's masked-token cross-entropy is also given "
-    "(eval_masked_ce_noise_<low>-<high>), each example's draws in the same bucket at every evaluation. Default 5.",
+    "With diffusion_eval_noise='fixed' and diffusion_metrics on: evaluation's masked cross-entropy is also "
+    "logged in B equal buckets of the noise level (eval_masked_ce_noise_<low>-<high>).",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}; B other than 5 with diffusion_eval_noise='fixed' only",
     "five noise-level buckets where evaluation is keyed",
     unit="buckets",
@@ -245,10 +236,9 @@ EVAL_SAMPLES = Flag(
     COUNT,
     (),
     None,
-    "N: at each evaluation, the first N examples of the eval set have their answers decoded from all-[MASK] by "
-    "greedy low-confidence remasking (32 steps at most), written to output_dir/diffusion_samples.jsonl with the "
-    "step and shown in TensorBoard's text tab and as a W&B table (report_to); it draws nothing and trains nothing, so "
-    "training is bitwise the same. Needs evaluation (eval_strategy other than 'no'). None (the default): none.",
+    "N: at each evaluation the first N eval examples' answers are decoded from all-[MASK] (greedy "
+    "low-confidence remasking), written to output_dir/diffusion_samples.jsonl and shown in TensorBoard / W&B; "
+    "training is bitwise the same. Needs evaluation (eval_strategy other than 'no').",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}",
     "no samples decoded",
     unit="samples",
@@ -258,10 +248,8 @@ SAMPLE_PROMPTS = Flag(
     TEXTS,
     (),
     None,
-    "Prompts of your own to decode at each evaluation instead of the eval set's (a list of texts: YAML, or "
-    "several values after the option on a command line), each tokenized as the tokenizer tokenizes text (no chat "
-    "template) and given a 64-token answer; written and shown as diffusion_eval_samples's are. Needs evaluation; "
-    "give this or diffusion_eval_samples, not both. None (the default): none.",
+    "Your own prompts to decode at each evaluation instead of eval examples (a YAML list, or several values "
+    "on a command line), each given a 64-token answer. Needs evaluation; not with diffusion_eval_samples.",
     f"{EVERY_RELEASE}; {MASKED_PROFILES}",
     "no prompts of your own",
 )
