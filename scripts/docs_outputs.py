@@ -82,6 +82,14 @@ BLOCKS = {
     "doctor-config": Block(
         "docs/doctor.md", ("doctor", "--config", "examples/train.yaml"), _from_first(r"Run config sets: ")
     ),
+    "cli-help": Block("docs/cli.md", ("--help",)),
+    # Each command's usage lines (its options are explained on its own page; `--help` prints them all).
+    **{
+        f"cli-{command}-help": Block(
+            "docs/cli.md", (command, "--help"), lambda lines: lines[: lines.index("")], shortened=True
+        )
+        for command in ("reproduce", "doctor", "bench", "impact")  # status has no options
+    },
 }
 PACKAGES = ("unsloth", "transformers", "trl", "torch")
 
