@@ -74,6 +74,14 @@ print(f"  {os.path.basename(path)}: studio/ dropped; {kept} files kept, {checked
 EOF
 done
 
+# The commit the kit was built at, for the GPU check's record where the GPU host's copy has no git history:
+# the short hash, then "dirty" where the plugin had uncommitted changes.
+{
+  git rev-parse --short HEAD 2>/dev/null || echo unknown
+  [ -z "$(git status --porcelain -- unsloth_diffusion_norm 2>/dev/null)" ] || echo dirty
+} >"$KIT/COMMIT"
+echo "commit: $(tr '\n' ' ' <"$KIT/COMMIT")(in $KIT/COMMIT)"
+
 total=0
 echo "device kit in $KIT (Python 3.12, x86-64):"
 while read -r size file; do

@@ -1,6 +1,6 @@
 """make fuzz: the fuzzer of tests/integration/test_fuzz.py for as long as it is given, then its counts.
 
-    python scripts/fuzz.py [--minutes 10] [--seed N]
+    python scripts/fuzz.py [--minutes 10] [--seed N] [--record NAME]
 
 Random configurations through the real DiffusionTrainer against the oracle (on the tiny model, and on tiny copies
 of the Dream and LLaDA fixtures by their families' oracles), random two-rank cases in one launch of two real
@@ -8,7 +8,9 @@ processes per round, and random values for every flag (command line, YAML, Pytho
 subcommand, in rounds of fresh random examples until the time is up. Each failure is printed with Hypothesis' shrunk example (make it a named regression test); the counts
 say how many configurations and bad inputs were tried, how many diverged from the oracle, how many gave more than
 one line, and how many escaped as tracebacks. Exit 0 when nothing failed, 1 otherwise. No example database is
-kept (nothing is written under the checkout).
+kept. The run's counts are written as a record of the results store, records/fuzz.json (`records.write`;
+`--record NAME` for records/NAME.json, `--record ''` for none): per kind tried, diverged and tracebacks, the
+totals, rounds, minutes and seeds, and the counts' table; nothing else is written under the checkout.
 """
 
 import argparse
@@ -45,7 +47,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to fuzz (default: 10)")
     parser.add_argument("--seed", type=int, default=None, help="the first round's seed (default: random)")
+    parser.add_argument(
+        "--record",
+        default="fuzz",
+        metavar="NAME",
+        help="write the counts to the results store as records/NAME.json (default: fuzz; '' for none)",
+    )
     args = parser.parse_args(argv)
+    command = "python scripts/fuzz.py " + " ".join(sys.argv[1:] if argv is None else argv)
     if not args.minutes > 0:
         parser.error(f"--minutes must be above 0, not {args.minutes}")
 
@@ -168,6 +177,17 @@ def main(argv=None):
         print(f"  {key}: {counts[key]}")
     print(f"  failures (each shrunk, above; a rank case as drawn): {len(failures)}")
     shutil.rmtree(workdir, ignore_errors=True)
+    if args.record:
+        from unsloth_diffusion_norm.tools import records
+
+        state = unsloth_diffusion_norm.status()
+        figures = fuzz.record_figures(
+            counts, rounds, round(minutes, 2), round_seed - rounds, len(failures), mode, state.unsloth_version
+        )
+        records.write(
+            args.record, command.strip(), figures, covers=fuzz.COVERS, tables={"counts": fuzz.record_table(figures)}
+        )
+        print(f"record: records/{args.record}.json")
     return 1 if failures else 0
 
 

@@ -11,7 +11,8 @@
 #    once, each in two processes (the oracle cases; the rest): tiny models, so one GPU holds the six;
 # 4. runs the GPU bench alone on the GPU: 2026.10.6 (unpatched, plugin and plugin with its metrics off, in 4
 #    interleaved blocks), then 2026.10.9 (Unsloth's own native run).
-# Into $OUT: gpu_check.log (all of the output), junit.xml (every tier run), bench.md and bench.json.
+# Into $OUT: gpu_check.log (all of the output), junit.xml (every tier run), bench.md and bench.json; and the
+# record of them all, records/gpu-check.json (records.write; copied to $OUT/gpu-check.json).
 # Every step has a time limit (LIMITS below); together they stay under 8 minutes. Exit 0: every tier passed and
 # the bench ran. docs/gpu.md. A rehearsal on a CPU host (the tier skips; the bench at the tiny size):
 #   PYTHON=.venv/bin/python UNSLOTH_ALLOW_CPU=1 BENCH_FLAGS=--smoke scripts/gpu_check.sh
@@ -26,8 +27,8 @@ WORK=$(mktemp -d /tmp/udn-gpu-XXXX)
 PYTHON=${PYTHON:-python3}
 case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON") ;; esac # steps cd elsewhere
 # Seconds per step (install per release, stack, tier, bench on the chunked release, bench on the native one,
-# table): at most 479 in all with three releases (docs/gpu.md).
-LIMIT_INSTALL=10 LIMIT_STACK=20 LIMIT_TIER=130 LIMIT_BENCH=200 LIMIT_NATIVE=90 LIMIT_TABLE=9
+# table, record): at most 479 in all with three releases (docs/gpu.md).
+LIMIT_INSTALL=10 LIMIT_STACK=20 LIMIT_TIER=130 LIMIT_BENCH=200 LIMIT_NATIVE=90 LIMIT_TABLE=5 LIMIT_RECORD=4
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 RELEASES=$(cd "$KIT" && ls -d 2026.* | sort | tr "\n" " ")
@@ -130,6 +131,12 @@ else
   failed=1
 fi
 say "done: exit $failed"
+# The record: records/gpu-check.json (records.write) with every figure above, read back from $OUT's files, the
+# GPU's name as the stack printed it (torch.cuda.get_device_name(0)) and the commit from git, or from the kit
+# ($KIT/COMMIT, scripts/device_kit.sh) where this copy has no git history; a copy in $OUT. No CUDA device (a
+# rehearsal): into $OUT only.
+PYTHONPATH=$ROOT timeout -k 2 $LIMIT_RECORD "$PYTHON" -m unsloth_diffusion_norm.tools.bench_report gpu-check "$OUT" \
+  --kit-commit "$KIT/COMMIT" --exit "$failed" --seconds $(($(date +%s) - started)) || failed=1
 exec >&- 2>&-
 wait # for the log's tee to write its last lines
 exit $failed

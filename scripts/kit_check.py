@@ -104,11 +104,20 @@ def run_hidden(python, target, code):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
-    parser.add_argument("--releases", nargs="+", default=sorted(d for d in os.listdir(KIT) if d != "common"))
+    parser.add_argument(
+        "--releases",
+        nargs="+",
+        default=sorted(d for d in os.listdir(KIT) if d != "common" and os.path.isdir(os.path.join(KIT, d))),
+    )
     parser.add_argument("--no-tier", action="store_true", help="imports only")
     parser.add_argument("--pip-python", help="a Python 3.12 to install with (default: python3.12 on the PATH)")
     args = parser.parse_args()
     failed = 0
+    commit = os.path.join(KIT, "COMMIT")  # what the GPU check's record names where its copy has no git history
+    if os.path.exists(commit):
+        print(f"kit built at commit: {' '.join(open(commit).read().split())}")
+    else:
+        print(f"kit_check: no {os.path.relpath(commit, ROOT)}: the GPU check's record will name no commit without git")
     for release in args.releases:
         target = tempfile.mkdtemp(prefix=f"udn-kit-{release}-")
         try:

@@ -7,7 +7,9 @@ or the oldest that release still trains with). A leg's environment lives in .mat
 once (torch pinned to the CPU wheel, torchvision removed, the plugin installed from this checkout). The
 tests themselves know which mode each release must get; each leg runs the tiers that tell releases apart
 (`Leg.select`, `Leg.paths`). Results go to a JSON file, and the compatibility table (docs/compatibility.md) is written
-from it, never by hand.
+from it, never by hand. Every run (--table-only too) also writes the record records/matrix.json from the results
+(`records.write`: each leg's versions, mode, counts, result and seconds, and the table as tables.compatibility);
+--no-record writes none.
 """
 
 import argparse
@@ -289,6 +291,60 @@ def table(results):
     return "\n".join(lines)
 
 
+def figures(results):
+    """The record's figures of a matrix run: per leg (by its name, and as a list in the table's order) the versions,
+    mode, test counts, result and seconds; and the counts of legs."""
+    legs = []
+    for r in results:
+        v = r.get("versions") or {}
+        legs.append(
+            {
+                "name": r["name"],
+                "unsloth": v.get("unsloth", r["unsloth"]),
+                "transformers": v.get("transformers", r["transformers"]),
+                "trl": v.get("trl", r["trl"]),
+                "torch": v.get("torch"),
+                "mode": r.get("mode"),
+                "passed": r.get("passed", 0),
+                "skipped": r.get("skipped", 0),
+                "failed": r.get("failed", 0),
+                "result": "pass" if r.get("exit") == 0 else "fail",
+                "build_seconds": r.get("build_seconds"),
+                "test_seconds": r.get("test_seconds"),
+            }
+        )
+    return {
+        "legs": {leg["name"].replace(".", "-"): leg for leg in legs},  # a dotted key's part has no dots
+        "list": legs,
+        "count": len(legs),
+        "passing": sum(leg["result"] == "pass" for leg in legs),
+    }
+
+
+def write_record(results, command, **where):
+    """records/matrix.json: `figures` and tables.compatibility (the table this script writes)."""
+    sys.path.insert(0, ROOT)
+    from unsloth_diffusion_norm.tools import records
+
+    found = {}
+    for r in results:  # every leg's stack, joined where legs differ
+        for name, version in (r.get("versions") or {}).items():
+            found.setdefault(name, [])
+            if version not in found[name]:
+                found[name].append(version)
+    versions = {name: ", ".join(each) for name, each in found.items()}
+    covers = {"the plugin": ["unsloth_diffusion_norm/**"], "the tests": ["tests/**"]}
+    return records.write(
+        "matrix",
+        command,
+        figures(results),
+        covers=covers,
+        tables={"compatibility": table(results)},
+        found=where.pop("found", versions),
+        **where,
+    )
+
+
 def write_page(path, results):
     text = open(path).read()
     start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
@@ -307,6 +363,11 @@ def main(argv=None):
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from saved results, run nothing")
     parser.add_argument(
         "--build-only", action="store_true", help="build the legs' environments (.matrix/<leg>/), test nothing"
+    )
+    parser.add_argument(
+        "--no-record",
+        action="store_true",
+        help="write no record (by default every run, --table-only too, writes records/matrix.json from the results)",
     )
     parser.add_argument(
         "--remove-after", action="store_true", help="delete each leg's environment once tested (CI: ~3 GB a leg)"
@@ -359,6 +420,8 @@ def main(argv=None):
     print(table(results))
     if ARGS.page:
         write_page(ARGS.page, results)
+    if not ARGS.no_record:
+        write_record(results, "python scripts/matrix.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0 if all(r.get("exit") == 0 for r in results) else 1
 
 

@@ -2,7 +2,7 @@
 
     python scripts/mutation.py run --label unsloth-2026.10.6   # pass 1 + pass 2 in this environment
     python scripts/mutation.py legs                            # the other code shapes' legs: what is alive here
-    python scripts/mutation.py report                          # mutation/report.md from every result file
+    python scripts/mutation.py report                          # mutation/report.md and records/mutation.json
     python scripts/mutation.py forget                          # drop the verdicts of functions the core lost
 
 After new tests, `run --label L --again` (with the leg's --python and --workdir for a leg) reruns only what
@@ -24,7 +24,9 @@ PYTHONPATH are inherited by every child process, so they import the mutated copy
 
 The report lists every mutant with its fate. A survivor is either killed by a new test or named in
 mutation/equivalent.txt with a one-line reason why no behaviour can differ; the score is
-killed / (all - equivalent).
+killed / (all - equivalent). `report` also writes the record records/mutation.json (`records.write`, always):
+the score, the killed, non-equivalent, equivalent and surviving counts, each leg's mutants and seconds, and the
+per-module counts, with the module table as tables.modules; the pages render their figures from it.
 
 Names: a mutant is `module.function#N` or `module.Class.method#N` (its function's qualified name and mutmut's
 number), in every table here, the result files, equivalent.txt and the report. mutmut's own spelling
@@ -514,19 +516,15 @@ def stamp():
     return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes to the core or the tests" if dirty else "")
 
 
-def report(args):
-    results, said = merged(), equivalents()
-    legs = result_files()
-    stale = sorted(set(said) - set(results))
-    if stale:
-        sys.exit(f"mutation/equivalent.txt names mutants that no longer exist: {stale}")
+def summary(results=None, said=None):
+    """The report's figures from every result file: the score and its counts, each leg's mutants and seconds, and
+    the per-module table (as report.md prints it)."""
+    results = merged() if results is None else results
+    said = equivalents() if said is None else said
     alive = sorted((m for m, r in results.items() if not r["killed"]), key=order)
     open_ = [m for m in alive if m not in said]
     equivalent = [m for m in alive if m in said]
-    mutated = {m: diff_of(m) for m in [*open_, *said]}
-    pin_equivalents({m: mutated[m] for m in said})
     killed = len(results) - len(alive)
-    score = killed / max(len(results) - len(equivalent), 1)
     modules = {}
     for mutant, r in results.items():
         row = modules.setdefault(mangled(mutant).rpartition(".")[0], [0, 0, 0, 0])
@@ -534,6 +532,65 @@ def report(args):
         row[1] += r["killed"]
         row[2] += mutant in said and not r["killed"]
         row[3] += not r["killed"] and mutant not in said
+    return {
+        "killed": killed,
+        "non_equivalent": len(results) - len(equivalent),
+        "score": killed / max(len(results) - len(equivalent), 1),
+        "mutants": len(results),
+        "equivalent": len(equivalent),
+        "surviving": len(open_),
+        "legs": {r["label"]: {"mutants": len(r["mutants"]), "seconds": r["seconds"]} for r in result_files()},
+        "modules": {
+            module: dict(zip(("mutants", "killed", "equivalent", "surviving"), row))
+            for module, row in sorted(modules.items())
+        },
+        "open": open_,
+        "equivalent_names": equivalent,
+    }
+
+
+def module_table(found):
+    return [
+        "| module | mutants | killed | equivalent | surviving |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {m} | {r['mutants']} | {r['killed']} | {r['equivalent']} | {r['surviving']} |"
+            for m, r in found["modules"].items()
+        ),
+    ]
+
+
+def write_record(counted, **where):
+    """records/mutation.json: the score, its counts, each leg's mutants and seconds, the per-module counts and
+    table. `where`: records.write's commit/date/where/source, for a record made from result files written before."""
+    sys.path.insert(0, ROOT)
+    from unsloth_diffusion_norm.tools import records
+
+    figures = {k: v for k, v in counted.items() if k not in ("open", "equivalent_names")}
+    figures["legs"] = {label.replace(".", "-"): leg for label, leg in counted["legs"].items()}  # dotted keys
+    figures["modules"] = {m.replace(".", "-"): r for m, r in counted["modules"].items()}
+    covers = {"the core": ["unsloth_diffusion_norm/*.py"], "the tests": ["tests/**"]}
+    return records.write(
+        "mutation",
+        "python scripts/mutation.py report (make mutation)",
+        figures,
+        covers=covers,
+        tables={"modules": "\n".join(module_table(counted))},
+        **where,
+    )
+
+
+def report(args):
+    results, said = merged(), equivalents()
+    legs = result_files()
+    stale = sorted(set(said) - set(results))
+    if stale:
+        sys.exit(f"mutation/equivalent.txt names mutants that no longer exist: {stale}")
+    found = summary(results, said)
+    open_, equivalent = found["open"], found["equivalent_names"]
+    mutated = {m: diff_of(m) for m in [*open_, *said]}
+    pin_equivalents({m: mutated[m] for m in said})
+    killed, score = found["killed"], found["score"]
     lines = [
         "# Mutation testing of the core",
         "",
@@ -549,9 +606,7 @@ def report(args):
         + "; ".join(f"{r['label']} ({len(r['mutants'])} mutants; its last run {r['seconds']} s)" for r in legs)
         + ".",
         "",
-        "| module | mutants | killed | equivalent | surviving |",
-        "|---|---|---|---|---|",
-        *(f"| {m} | {a} | {b} | {c} | {d} |" for m, (a, b, c, d) in sorted(modules.items())),
+        *module_table(found),
         "",
         "## Surviving (no test kills them yet)",
         "",
@@ -574,6 +629,7 @@ def report(args):
         "",
     ]
     open(REPORT, "w").write("\n".join(lines))
+    write_record(found)  # records/mutation.json: the figures pages render
     print(
         f"score {100 * score:.1f} %: {killed} killed, {len(equivalent)} equivalent, {len(open_)} surviving "
         f"of {len(results)}; wrote {os.path.relpath(REPORT, ROOT)}"
@@ -636,7 +692,7 @@ def main(argv=None):
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     g.add_argument("--only", nargs="+", choices=LEGS, help="these legs only")
-    p = sub.add_parser("report", help="mutation/report.md from every result file")
+    p = sub.add_parser("report", help="mutation/report.md and records/mutation.json from every result file")
     p.add_argument("--min-score", type=float, default=0.95)
     sub.add_parser("forget", help="drop the verdicts of functions the core no longer has from every result file")
     args = parser.parse_args(argv)

@@ -7,10 +7,26 @@ from unsloth_diffusion_norm.tools import bench
 
 
 @pytest.mark.once  # our own tooling, the same on every release
-def test_bench_reports_every_figure(plugin, tmp_path):
+def test_bench_reports_every_figure_and_writes_its_record(plugin, tmp_path, monkeypatch):
+    import json
+
+    from unsloth_diffusion_norm.tools import records
+
+    monkeypatch.setattr(records, "STORE", str(tmp_path))  # the record goes here, not into the checkout's store
     # GA 1 (what peak memory is compared with) and 8; the quick bench, launched by test_cli.py, runs every GA.
     plan = bench.Plan(blocks=1, steps=1, models=("tiny",), gas=(1, 8), plot=str(tmp_path / "bench.png"), ddp=False)
     found = bench.run(plan, log=lambda line: None)
+    record = json.loads((tmp_path / "bench-cpu.json").read_text())
+    for field in ("command", "commit", "date", "machine", "versions", "covers", "figures", "tables"):
+        assert record[field], field
+    assert record["command"] == "unsloth-diffusion-norm bench --models tiny --blocks 1 --steps 1 --no-ddp (GA 1, 8)"
+    assert record["machine"].startswith("CPU") and record["covers"] == records.CORE
+    plugin_row = next(r for r in found["rows"] if r["ga"] == 8 and r["variant"] == "plugin")
+    assert record["figures"]["models"]["tiny"]["ga8"]["plugin"]["step_ms"] == plugin_row["step_ms"]
+    assert record["figures"]["import_ms"] == found["import_ms"] and record["figures"]["seconds"] > 0
+    assert record["tables"]["steps"].count("| tiny |") == len(found["rows"])
+    assert found["record"].endswith("bench-cpu.json") and f"record: {found['record']}" in bench.render(found)
+    assert not bench.QUICK.record and not bench.GPU.record  # a smoke run or a GPU part writes none
     variants = [label for label, _, _ in bench.variants(found["mode"])]
     assert [(r["ga"], r["variant"]) for r in found["rows"]] == [(ga, v) for ga in plan.gas for v in variants]
     assert all(r["step_ms"] > 0 and r["peak_mib"] > 0 and r["samples"] == 1 for r in found["rows"])

@@ -169,3 +169,74 @@ def test_the_page_shows_part3_as_its_results_file_renders_and_unsloths_own_fix_e
         seeds.BOTH
     }
     assert part["native"] == {"unsloth": "2026.10.9", "seeds": [0], "equal_losses": True, "equal_measurements": True}
+
+
+def test_part3s_equal_compute_difference_is_named_by_its_sign_the_twice_arm_minus_the_pairs():
+    """task.report's equal-compute difference is _paired(twice, complementary): the window at twice the rows minus
+    the pairs. The report says so, and the record names it twice_minus_pairs (issue 53: it was printed as pairs
+    minus twice the rows)."""
+    from unsloth_diffusion_norm.tools.convergence import figures, task
+
+    def run(seed, accuracy):
+        return {"seed": seed, "seconds": 1.0, "measured": [(50, {"accuracy": accuracy, "objective": 1 - accuracy})]}
+
+    part = {
+        "arms": {
+            name: {
+                "label": task.NAMES[name],
+                "accuracy": dict(mean=0.5, low=None, high=None, sd=None),
+                "objective": dict(mean=0.5, low=None, high=None, sd=None),
+                "by_length": [],
+                "steps_to_learn": [],
+                "curve": [(50, 0.5)],
+            }
+            for name in (seeds.COMPLEMENTARY, seeds.TWICE)
+        },
+        "paired": {"equal_compute": task._paired([run(0, 0.9), run(1, 0.8)], [run(0, 0.5), run(1, 0.6)])},
+        "bins": [],
+        "baselines": {},
+    }
+    assert part["paired"]["equal_compute"]["accuracy"]["mean"] == pytest.approx(0.3)  # twice − pairs
+    line = next(line for line in task.render(part).splitlines() if "equal forward compute" in line)
+    assert line.startswith("window, 2× rows − complementary pairs (equal forward compute): final accuracy +30.0 points")
+    named = figures.part3({**part, "seeds": [0, 1], "settings": {}, "arms": {}})["paired"]
+    assert list(named) == ["twice_minus_pairs"] and named["twice_minus_pairs"]["exact_match"]["mean"] == pytest.approx(
+        0.3
+    )
+
+
+def test_a_runs_records_hold_its_summary_figures_and_tables_and_no_curves(tmp_path, monkeypatch):
+    """Each part of a --json run becomes a record (figures.write through records.write): the summary figures the
+    report prints, its tables, every required field; the per-step curves stay in the run's JSON."""
+    import json
+
+    from unsloth_diffusion_norm.tools import records
+    from unsloth_diffusion_norm.tools.convergence import figures
+
+    window, pairs = _arms([1.0, 2.0, 4.0], WINDOW), _arms([1.5, 2.5, 4.5], seeds.COMPLEMENTARY)
+    found = {WINDOW: window, seeds.COMPLEMENTARY: pairs}
+    for arm in (*window, *pairs):
+        arm.log = [{"step": 1, "loss": 1.0, "grad_norm": 1.0, "learning_rate": 0.0}]
+        arm.measured[0][1]["accuracy"] = [0.5] * 5
+    result = {"part2": seeds.report(found, 1000, seeds.QUICK2), "mode": "patched", "unsloth": "x", "seconds": 9.5}
+    monkeypatch.setattr(records, "STORE", str(tmp_path))
+    assert figures.write(result, "convergence-test", "python scripts/convergence.py --json x.json") == [
+        "convergence-test"
+    ]
+    record = json.loads((tmp_path / "convergence-test.json").read_text())
+    assert all(record[field] for field in ("command", "commit", "date", "machine", "versions", "covers", "figures"))
+    assert "the convergence study" in record["covers"]
+    paired = record["figures"]["paired"]["complementary_minus_window"]["objective"]
+    assert paired["mean"] == pytest.approx(0.5) and paired["seeds"] == 3
+    assert record["figures"]["arms"][WINDOW]["objective"]["mean"] == pytest.approx(7 / 3)
+    assert record["figures"]["run_seconds"] == 9.5 and record["figures"]["seeds"] == len(seeds.QUICK2.seeds)
+    assert "| objective |" in record["tables"]["summary"] and "verdict:" in record["tables"]["report"]
+    assert "curve" not in json.dumps(record["figures"]) and "per_seed" not in json.dumps(record["figures"])
+    assert figures.default_name("docs/convergence-task.json") == "convergence-task"
+    import dataclasses
+
+    from unsloth_diffusion_norm.tools.convergence import QUICK
+
+    part1 = {"part1": {}, "microbatch_flag_vs_unpatched": None, "settings": dataclasses.asdict(QUICK)}
+    both = figures.records_of({**result, **part1}, "convergence")
+    assert [name for name, _, _ in both] == ["convergence-part1", "convergence-part2"]

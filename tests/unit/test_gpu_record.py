@@ -1,17 +1,19 @@
-"""docs/gpu.md's figures are the GPU run's own: records/gpu-check.json against the JUnit XML, the bench table and
-the log that scripts/gpu_check.sh wrote (kept under docs/gpu-check/), and the page rendering its figures from that
-record (tests/unit/test_records.py holds each rendered figure to it). Plain text only."""
+"""The GPU check's record (records/gpu-check.json) is the run's own: its figures and tables read back from the files
+scripts/gpu_check.sh wrote (kept under docs/gpu-check/), and the writer the script runs last makes a record with
+every required field, taking the commit from the kit where the copy has no git history. Plain text only."""
 
+import json
 import pathlib
 import re
+import shutil
 import xml.etree.ElementTree as ET
 
-from unsloth_diffusion_norm.tools import records
+import pytest
 
-DOCS = pathlib.Path(__file__).parents[2] / "docs"
-PAGE = (DOCS / "gpu.md").read_text(encoding="utf-8")
-RUN = DOCS / "gpu-check"
-RECORD = records.load("gpu-check")
+from unsloth_diffusion_norm.tools import bench_report, records
+
+RUN = pathlib.Path(__file__).parents[2] / "docs" / "gpu-check"
+REQUIRED = ("name", "command", "commit", "date", "machine", "versions", "covers", "figures", "tables")
 
 
 def suites():
@@ -34,35 +36,52 @@ def suites():
     return found
 
 
-def test_the_record_is_the_junit_xml_and_the_page_renders_its_totals():
-    runs = suites()
-    tier = RECORD["figures"]["tier"]
-    for release in ("2026.10.4", "2026.10.6", "2026.10.9"):
-        for part, suite in (("oracle_cases", "oracle-cases"), ("rest", "rest")):
-            passed, skipped, failed, worst = runs[f"cuda-{release}-{suite}"]
-            held = tier[release.replace(".", "-")][part]
-            assert (held["passed"], held["skipped"], held["failed"]) == (passed, skipped, failed), (release, part)
-            assert held["worst_error_over_tolerance"] == worst, (release, part)
-    totals = RECORD["figures"]["tests"]
-    assert totals["passed"] == sum(r[0] for r in runs.values()) and totals["failed"] == 0
-    assert totals["skipped"] == sum(r[1] for r in runs.values())
-    assert totals["worst_error_over_tolerance"] == max(r[3] for r in runs.values() if r[3] is not None)
-    for key in ("passed", "skipped", "failed", "worst_error_over_tolerance"):
-        assert f"<!--r gpu-check.tests.{key}" in PAGE, key
+def test_the_records_tier_counts_are_the_junit_xml():
+    tier = records.load("gpu-check")["figures"]["tier"]
+    for name, (passed, skipped, failed, worst) in suites().items():
+        release, _, part = name.removeprefix("cuda-").partition("-")
+        found = tier[release.replace(".", "-")][part.replace("-", "_")]
+        assert (found["passed"], found["skipped"], found["failed"]) == (passed, skipped, failed), name
+        assert found["worst_error_over_tolerance"] == worst, name
 
 
-def test_the_bench_table_is_the_runs_own():
+def test_the_records_bench_table_and_timings_are_the_runs_own():
+    record = records.load("gpu-check")
     table = [line for line in (RUN / "bench.md").read_text(encoding="utf-8").splitlines() if line.startswith("|")]
-    assert len(table) == 5
-    assert RECORD["tables"]["bench"].strip().splitlines() == table
-    assert "<!-- record: gpu-check.bench -->" in PAGE
-
-
-def test_the_run_exited_0_at_the_stated_time():
+    assert record["tables"]["bench"].splitlines() == table and len(table) == 5
+    parts = json.loads((RUN / "bench.json").read_text())
+    plugin = next(r for r in parts[0]["rows"] if r["variant"] == "plugin")
+    assert record["figures"]["bench"]["2026-10-6-plugin"]["ratio"] == plugin["step_ms"] / parts[0]["rows"][0]["step_ms"]
     log = (RUN / "gpu_check.log").read_text(encoding="utf-8")
     done = re.search(r"^== \[(\d+) s\] done: exit (\d+)$", log, re.M)
-    assert done and done.group(2) == "0"
-    assert (RECORD["figures"]["exit"], RECORD["figures"]["seconds"]["all"]) == (0, int(done.group(1)))
-    assert "<!--r gpu-check.exit" in PAGE and "<!--r gpu-check.seconds.all" in PAGE
-    assert RECORD["commit"] == "e0445c8" and RECORD["machine"] == "NVIDIA H200"
-    assert "at commit e0445c8, on an NVIDIA H200" in " ".join(PAGE.split())
+    assert record["figures"]["seconds"]["all"] == int(done.group(1)) and record["figures"]["exit"] == int(done.group(2))
+    assert record["machine"] == "NVIDIA H200" and record["versions"]["torch"].endswith("+cu130")
+
+
+def test_the_record_is_what_the_writer_reads_from_the_files_now():
+    figures, tables = bench_report.gpu_check_figures(str(RUN))
+    record = records.load("gpu-check")
+    assert record["figures"] == json.loads(json.dumps(figures)) and record["tables"] == tables
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["on-a-gpu", "a-rehearsal"])
+def test_the_checks_last_step_writes_the_record_with_the_kits_commit(tmp_path, monkeypatch, cuda):
+    out = tmp_path / "out"
+    shutil.copytree(RUN, out)
+    if not cuda:
+        log = out / "gpu_check.log"
+        log.write_text(log.read_text().replace("), NVIDIA H200\n", "), NO CUDA DEVICE\n"))
+    (tmp_path / "COMMIT").write_text("abc1234\ndirty\n")
+    store = tmp_path / "records"
+    store.mkdir()
+    monkeypatch.setattr(records, "STORE", str(store))
+    monkeypatch.setattr(records, "_git", lambda *args: None)  # a copy without git history
+    assert bench_report.main(["gpu-check", str(out), "--kit-commit", str(tmp_path / "COMMIT"), "--exit", "0"]) == 0
+    written = json.loads((out / "gpu-check.json").read_text())
+    assert all(field in written for field in REQUIRED)
+    assert written["commit"] == "abc1234" and "uncommitted changes" in written["source"]
+    assert written["figures"]["tests"]["failed"] == 0 and written["figures"]["exit"] == 0
+    if cuda:
+        assert written["machine"] == "NVIDIA H200" and json.loads((store / "gpu-check.json").read_text()) == written
+    else:  # no measurement of a GPU: never in the store
+        assert written["machine"].startswith("CPU") and not (store / "gpu-check.json").exists()

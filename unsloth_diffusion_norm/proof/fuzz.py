@@ -458,3 +458,45 @@ def check_flag(flag, text, where):
     parse_flag(trl.parse_args_and_config, ["--config", str(path)])
     path.unlink()
     assert not list(where.iterdir()), list(where.iterdir())  # nothing written for a run that never started
+
+
+# ---- the record of a fuzzing run (scripts/fuzz.py) ------------------------------------------------------------------
+
+KINDS = ("configurations", "family configurations", "rank cases", "bad inputs")
+# What a fuzzing run measured: the core, and the fuzzer and the oracle that judge it.
+COVERS = {
+    "the core": ["unsloth_diffusion_norm/*.py"],
+    "the fuzzer": ["unsloth_diffusion_norm/proof/**", "scripts/fuzz.py", "tests/integration/test_fuzz.py"],
+}
+
+
+def record_figures(counts, rounds, minutes, first_seed, failures, mode, unsloth):
+    """A fuzzing run's figures as its record holds them: per kind (configurations, family configurations, rank
+    cases, bad inputs) how many were tried, diverged (failed) and escaped as tracebacks; the totals; the rounds, the
+    minutes, the seeds (first and last); the failures kept; the mode and release it ran on. `counts`: the run's
+    Counter of 'KIND tried' / 'KIND failed' / 'KIND tracebacks'."""
+    kinds = {
+        kind.replace(" ", "_"): {what: counts.get(f"{kind} {what}", 0) for what in ("tried", "failed", "tracebacks")}
+        for kind in KINDS
+    }
+    return {
+        **kinds,
+        "tried": sum(k["tried"] for k in kinds.values()),
+        "divergences": sum(k["failed"] for k in kinds.values()),
+        "tracebacks": sum(k["tracebacks"] for k in kinds.values()),
+        "failures": failures,
+        "rounds": rounds,
+        "minutes": minutes,
+        "seeds": {"first": first_seed, "last": first_seed + rounds - 1 if rounds else None},
+        "mode": mode,
+        "unsloth": unsloth,
+    }
+
+
+def record_table(figures):
+    """The counts as a markdown table: kind, tried, diverged, tracebacks."""
+    lines = ["| kind | tried | diverged | tracebacks |", "|---|---|---|---|"]
+    for kind in KINDS:
+        found = figures[kind.replace(" ", "_")]
+        lines.append(f"| {kind} | {found['tried']:,} | {found['failed']} | {found['tracebacks']} |")
+    return "\n".join(lines)

@@ -15,6 +15,11 @@ block starts from what is really live; step times come from the first process, w
 `--quick` is a smoke run of every figure (tiny model, 2 blocks of 1 step, memory from the timing process):
 about a minute, and its ratios and memory are not measurements. Every temporary directory the bench makes
 is removed when it ends, Ctrl-C included.
+
+The record: a measuring run (not --quick) in a checkout of the project writes its figures to the results store,
+records/bench-cpu.json (`Plan.record`; `bench_report.write_record` through `records.write`): per model, GA and
+variant the step time, ratio, spread and peak memory, the import cost, and tables.steps, the printed table.
+The GPU bench's parts write none: scripts/gpu_check.sh writes records/gpu-check.json of the whole check.
 """
 
 import collections
@@ -25,10 +30,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from ..proof import processes
 from ..proof.tiny_model import VOCAB_SIZE
-from .bench_report import draw, noise_note, render, render_gpu  # noqa: F401 - the bench's report, by its name
+from .bench_report import draw, noise_note, render, render_gpu, write_record  # noqa: F401 - the report, by its name
 from .console import NO_PLOT, Progress, pyplot, write_json
 
 GRADIENT_ACCUMULATION = (1, 4, 8)
@@ -67,9 +73,10 @@ class Plan:
     quick: bool = False  # peak memory from the timing process (see QUICK); no figure is a measurement
     memory_only: bool = False  # the timed runs only (the memory process of a full run)
     checkpoints: str = None  # a directory where the random-weight checkpoints are kept for the next process
+    record: str = "bench-cpu"  # the results store's record a measuring run writes (records/NAME.json); None: none
 
 
-QUICK = Plan(models=("tiny",), blocks=2, steps=1, quick=True)  # a smoke run: every figure, none a measurement
+QUICK = Plan(models=("tiny",), blocks=2, steps=1, quick=True, record=None)  # every figure, none a measurement
 # On a GPU (scripts/gpu_check.sh): a random-weight model of the tiny model's architecture at a realistic size,
 # sequence 2048 (48 prompt + 1999 answer + EOS), GA 8, bf16 autocast; peak memory from torch's CUDA allocator.
 GPU_MODELS = {
@@ -88,9 +95,21 @@ GPU_MODELS = {
 }
 # Four interleaved blocks of four steps: each variant's ratio is read block by block against the baseline timed
 # beside it (a paired ratio per block), which two blocks of two steps could not resolve to 1 %.
-GPU = Plan(models=("nemotron-2048",), gas=(8,), blocks=4, steps=4, device="cuda", bf16=True, ddp=False, opt_ins=False)
+GPU = Plan(
+    models=("nemotron-2048",),
+    gas=(8,),
+    blocks=4,
+    steps=4,
+    device="cuda",
+    bf16=True,
+    ddp=False,
+    opt_ins=False,
+    record=None,
+)
 # The same figures at the tiny size on the CPU: what a test can afford to run of the GPU bench's code.
-GPU_SMOKE = Plan(models=("tiny",), gas=(2,), blocks=1, steps=1, device="cpu", bf16=False, ddp=False, quick=True)
+GPU_SMOKE = Plan(
+    models=("tiny",), gas=(2,), blocks=1, steps=1, device="cpu", bf16=False, ddp=False, quick=True, record=None
+)
 
 
 def variants(mode):
@@ -252,14 +271,41 @@ def spread(block_times):
 
 
 def run(plan=Plan(), log=print):
-    """Every figure of the bench as a dict (what --json writes), measured as `plan` says. Removes every
-    temporary directory it makes, also on Ctrl-C."""
+    """Every figure of the bench as a dict (what --json writes), measured as `plan` says; a measuring run writes
+    its record (`plan.record`, see the module's docstring). Removes every temporary directory it makes, also on
+    Ctrl-C."""
     workdir = tempfile.mkdtemp(prefix="udn-bench-")
+    started = time.perf_counter()
     try:
-        return _run(plan, log, workdir)
+        found = _run(plan, log, workdir)
     finally:
         with processes.deferred_interrupts():
             shutil.rmtree(workdir, ignore_errors=True)
+    found["seconds"] = round(time.perf_counter() - started, 1)
+    if plan.record and not plan.quick and not plan.memory_only:
+        from . import records
+
+        if os.path.isdir(records.STORE):  # a checkout of the project: an installed plugin keeps no store
+            write_record(found, command(plan), plan.record)
+            found["record"] = os.path.relpath(os.path.join(records.STORE, plan.record + ".json"), records.ROOT)
+            log(f"record: {found['record']}")
+    return found
+
+
+def command(plan):
+    """The command line that runs `plan` (what the record names)."""
+    default, words = Plan(), ["unsloth-diffusion-norm", "bench"]
+    if plan.models != default.models:
+        words += ["--models", *plan.models]
+    if plan.blocks != default.blocks:
+        words += ["--blocks", str(plan.blocks)]
+    if plan.steps != default.steps:
+        words += ["--steps", str(plan.steps)]
+    if not plan.ddp:
+        words.append("--no-ddp")
+    if plan.gas != default.gas:
+        words.append(f"(GA {', '.join(map(str, plan.gas))})")  # no flag sets it: a plan made in code
+    return " ".join(words)
 
 
 def _run(plan, log, workdir):

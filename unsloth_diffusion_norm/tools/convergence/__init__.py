@@ -1,4 +1,5 @@
 """Does the fix change the model? python scripts/convergence.py [--quick] [--part 1|2|3] [--json [FILE]] [--plot FILE]
+[--record NAME]
 
 Part 1, accumulation invariance (`invariance`): batch B·k at GA 1 against batch B at GA k, with the same tokens
 and masks; the window must stay on the reference to float round-off, per-micro-batch normalization need not.
@@ -12,10 +13,13 @@ at a time (--add-to, --minutes: the GPU form).
 Every arm is the real DiffusionTrainer and Trainer.train() (`runs`): AdamW, warm-up then cosine, clipping at
 1.0, fp32 on CPU, a random-initialized model of the tiny model's class at the docstring tokenizer's vocabulary,
 the docstring data set (built here, nothing downloaded) split into train and held-out rows by a fixed seed.
+A run with --json FILE (or --add-to FILE) also writes its figures as records of the results store (`figures`:
+records/NAME.json, NAME the file's name without .json or --record NAME; one record per part a run holds).
 """
 
 import dataclasses
 import os
+import sys
 import time
 
 from .. import console
@@ -193,6 +197,16 @@ def _positive_float(text):
     return value
 
 
+def _write_records(result, path, name, command):
+    """The run's records (figures.py): records/NAME.json, NAME from --record or the results file's name."""
+    from . import figures
+
+    name = figures.default_name(path) if name is None else name
+    if name:
+        written = figures.write(result, name, command)
+        print("records: " + ", ".join(f"records/{n}.json" for n in written), file=sys.stderr)
+
+
 def main(argv=None):
     """The command line (scripts/convergence.py): the tables on stdout, progress on stderr; --json FILE or
     --json alone (JSON on stdout instead of the tables), --plot FILE. Exit 0 when Part 1 holds (or did not
@@ -252,7 +266,15 @@ def main(argv=None):
         "--json", nargs="?", const="-", type=console.writable, help="write the numbers to FILE (alone: on stdout)"
     )
     parser.add_argument("--plot", type=console.writable, help="draw the curves into this PNG")
+    parser.add_argument(
+        "--record",
+        metavar="NAME",
+        help="with --json FILE or --add-to FILE: the results store's record of the run's figures, records/NAME.json "
+        "(NAME-part1, NAME-part2, NAME-part3 for a run of several parts; default: FILE's name without .json, none "
+        "with --quick; '' for none)",
+    )
     args = parser.parse_args(argv)
+    command = "python scripts/convergence.py " + " ".join(sys.argv[1:] if argv is None else argv)
     parts = (args.part,) if args.part else (2,) if args.gpu else (1, 2)
     if args.gpu and args.part == 1:
         parser.error("--gpu is Part 2's or Part 3's preset: leave out --part 1")
@@ -297,6 +319,9 @@ def main(argv=None):
                     args.add_to, third, workdir, args.minutes, progress.say, args.arms or task.ARMS, device
                 )
                 print(task.render(result["part3"]) if result["part3"]["arms"] else "no seed complete yet")
+                if result["part3"]["arms"]:
+                    result.update(mode=state.mode, unsloth=state.unsloth_version)
+                    _write_records(result, args.add_to, args.record, command)
                 return 0
             workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
             result = run(
@@ -318,6 +343,9 @@ def main(argv=None):
             print(render_all(result))
             if args.json:
                 console.write_json(result, args.json)
+                _write_records(
+                    result, args.json, args.record if args.record is not None else ("" if args.quick else None), command
+                )
         if args.plot:
             draw(result, args.plot)
     except console.Failure as failure:

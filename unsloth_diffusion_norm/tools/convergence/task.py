@@ -271,7 +271,7 @@ def complete(runs):
 def report(runs, settings, native=None):
     """The JSON: per arm the final accuracy (mean, 95 % interval, seed spread; by length), the held-out objective,
     the steps it took to learn the task, the curves of means; the paired differences of every arm against the
-    window (and of the pairs against the window at twice the rows: equal forward compute); Unsloth's own fix
+    window (and of the window at twice the rows against the pairs: equal forward compute); Unsloth's own fix
     against the window arm, seed by seed (`native`: a Part 3 JSON run on 2026.10.7+); the baselines; every run."""
     found, seeds = complete(runs)
     arms = {}
@@ -415,7 +415,7 @@ def render(part):
     lines.append("")
     for name, d in part["paired"].items():
         who = (
-            f"{NAMES[COMPLEMENTARY]} − {NAMES[TWICE]} (equal forward compute)"
+            f"{NAMES[TWICE]} − {NAMES[COMPLEMENTARY]} (equal forward compute)"  # report's _paired(twice, pairs)
             if name == "equal_compute"
             else (f"window − {NAMES[name]}")
         )

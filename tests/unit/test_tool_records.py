@@ -1,0 +1,95 @@
+"""The measuring scripts write their figures as records of the results store (records.write): the release matrix
+(scripts/matrix.py, from matrix/results.json), mutation testing (scripts/mutation.py report) and the fuzzer
+(scripts/fuzz.py). Each record has every required field and holds what the tool's own result says. Plain text:
+the scripts are loaded without running them (neither Unsloth nor mutmut)."""
+
+import collections
+import importlib.util
+import json
+import os
+
+import pytest
+
+from unsloth_diffusion_norm.tools import records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REQUIRED = ("name", "command", "commit", "date", "machine", "versions", "covers", "figures", "tables")
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(f"{name}_script", os.path.join(ROOT, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "STORE", str(tmp_path))
+    return tmp_path
+
+
+def test_a_matrix_run_writes_its_record_with_the_table_it_writes(store):
+    matrix = script("matrix")
+    with open(os.path.join(ROOT, "matrix", "results.json")) as f:
+        results = json.load(f)
+    args = ["--table-only", "--results", os.path.join(ROOT, "matrix", "results.json")]
+    assert matrix.main(args) == 0
+    record = json.loads((store / "matrix.json").read_text())
+    assert all(field in record for field in REQUIRED) and record["command"].startswith("python scripts/matrix.py")
+    assert record["tables"]["compatibility"] == matrix.table(results)
+    first = results[0]
+    leg = record["figures"]["legs"][first["name"].replace(".", "-")]
+    assert (leg["passed"], leg["skipped"], leg["failed"]) == (first["passed"], first["skipped"], first["failed"])
+    assert [leg["name"] for leg in record["figures"]["list"]] == [r["name"] for r in results]
+    assert record["figures"]["count"] == len(results) and record["versions"]["unsloth"].count(",") >= 1
+    os.remove(store / "matrix.json")
+    assert matrix.main([*args, "--no-record"]) == 0 and not (store / "matrix.json").exists()
+
+
+def test_the_mutation_reports_record_holds_its_score_counts_and_module_table(store):
+    mutation = script("mutation")
+    results = {  # two modules' mutants: one killed, one equivalent, one surviving
+        "unsloth_diffusion_norm.window.f#1": {"killed": True, "fate": "killed", "by": "x pass 1"},
+        "unsloth_diffusion_norm.window.f#2": {"killed": False, "fate": "survived", "by": "x pass 1"},
+        "unsloth_diffusion_norm.loss.g#1": {"killed": False, "fate": "survived", "by": "x pass 1"},
+    }
+    found = mutation.summary(results, {"unsloth_diffusion_norm.window.f#2": "a reason"})
+    assert (found["killed"], found["equivalent"], found["surviving"], found["non_equivalent"]) == (1, 1, 1, 2)
+    assert found["score"] == 0.5 and found["open"] == ["unsloth_diffusion_norm.loss.g#1"]
+    mutation.write_record(found)
+    record = json.loads((store / "mutation.json").read_text())
+    assert all(field in record for field in REQUIRED) and "open" not in record["figures"]
+    assert record["figures"]["modules"]["unsloth_diffusion_norm-window"] == dict(
+        mutants=2, killed=1, equivalent=1, surviving=0
+    )
+    assert record["tables"]["modules"].splitlines()[2] == "| unsloth_diffusion_norm.loss | 1 | 0 | 0 | 1 |"
+
+
+def test_the_mutation_record_in_the_store_is_the_reports():
+    with open(os.path.join(ROOT, "mutation", "report.md"), encoding="utf-8") as f:
+        report = f.read()
+    record = records.load("mutation")
+    assert record["tables"]["modules"] in report
+    figures = record["figures"]
+    assert f"**Score: {figures['killed']} killed / {figures['non_equivalent']} non-equivalent" in report
+    assert (
+        f"({figures['mutants']} mutants, {figures['equivalent']} equivalent, {figures['surviving']} surviving)"
+        in report
+    )
+    assert f"At commit {record['commit']}." in report
+
+
+def test_a_fuzzing_runs_record_counts_every_kind_and_the_totals():
+    from unsloth_diffusion_norm.proof import fuzz
+
+    counts = collections.Counter(
+        {"configurations tried": 30, "family configurations tried": 20, "rank cases tried": 10, "bad inputs tried": 600}
+    )
+    counts["configurations failed"] = 1
+    figures = fuzz.record_figures(counts, 1, 3.02, 41, 1, "patched", "2026.10.6")
+    assert figures["configurations"] == {"tried": 30, "failed": 1, "tracebacks": 0}
+    assert (figures["tried"], figures["divergences"], figures["tracebacks"]) == (660, 1, 0)
+    assert figures["seeds"] == {"first": 41, "last": 41} and figures["minutes"] == 3.02
+    table = fuzz.record_table(figures)
+    assert "| bad inputs | 600 | 0 | 0 |" in table and "| configurations | 30 | 1 | 0 |" in table
