@@ -1,4 +1,4 @@
-"""Evaluation noise, measured: python scripts/eval_noise.py [--curve] [--plot docs/eval-noise.png] [--json FILE]
+"""Evaluation noise, measured: python scripts/eval_noise.py [--curve] [--plot eval-noise.png] [--json FILE]
 
 1. The two defects of the release's own evaluation draws, and diffusion_eval_noise="fixed": the tiny checkpoint,
    8 equal-length examples, batch 1, GA 2, 4 AdamW steps, seed 42, 4 held-out examples. For each setting: the
