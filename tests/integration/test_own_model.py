@@ -268,7 +268,7 @@ def test_doctor_model_checks_dream_and_llada_by_their_own_objective(name, checkp
     assert len(set(window["counts"])) > 1 and window["counts"] == default["counts"]  # the same masks
     assert window["control_worst_error_over_tolerance"] > oracle.CONTROL_FACTORS["fp32"]
     assert access_times(directory) == before
-    text = doctor.render(report).splitlines()
+    text = doctor.render(report, verbose=True).splitlines()  # each check on a line of its own
     assert text[-4].startswith(f"Self-check (cpu, tiny random {model['class']}, GA 2; the family's objective: ")
     assert [line.split(" - ")[0] for line in text[-3:]] == [
         "  default (no flag): PASS",
@@ -276,6 +276,10 @@ def test_doctor_model_checks_dream_and_llada_by_their_own_objective(name, checkp
         "  diffusion_loss_normalization='window', diffusion_noise='per_sample': PASS",
     ]
     assert text[-3].endswith("; bitwise the release's own (an unpatched run)")
+    summary = doctor.render(report).splitlines()  # by default, the checks in a word each on the self-check's line
+    assert len(summary) <= 10 and summary[-2].startswith(f"Model: {directory}: {model['class']} (profile ")
+    assert summary[-1].startswith(f"Self-check (cpu, tiny random {model['class']}, GA 2; the family's objective: ")
+    assert ": PASS - default PASS, window PASS, window+per_sample PASS (" in summary[-1]
 
 
 def test_with_the_plugin_off_the_window_check_fails_and_the_default_still_holds(checkpoints, tmp_path, monkeypatch):
@@ -291,7 +295,9 @@ def test_with_the_plugin_off_the_window_check_fails_and_the_default_still_holds(
     for name in ("window", "window_per_sample"):
         assert not checks[name]["passed"]
         assert "unexpected keyword argument 'diffusion_loss_normalization'" in checks[name]["error"]
-    assert "  diffusion_loss_normalization='window': FAIL - it could not run: TypeError: " in doctor.render(report)
+    verbose = doctor.render(report, verbose=True)
+    assert "  diffusion_loss_normalization='window': FAIL - it could not run: TypeError: " in verbose
+    assert "window FAIL (it could not run), window+per_sample FAIL (it could not run)" in doctor.render(report)
 
 
 @pytest.fixture(scope="module")

@@ -103,13 +103,21 @@ def _parser():
     commands.add_parser("status", help="print what the plugin did to the installed Unsloth")
     doctor = commands.add_parser(
         "doctor",
-        help="is this stack affected, is the fix live, and a self-check against the oracle",
-        description="Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
+        help="is this stack affected, is the fix live, and a self-check against the oracle: ten lines at most "
+        "(--verbose: every patch, every default and the whole verdict)",
+        description="Prints a verdict of ten lines at most; --verbose prints every patch, every default and the "
+        "whole verdict. Exit status: 0 fixed (patched or native) and self-check passed; 1 affected and not "
         "fixed, or self-check failed; 2 unsupported Unsloth, a --model DIR the self-check cannot run on, or a "
         "--config FILE whose plugin fields or shape are refused; "
         "3 Unsloth not installed or not importable.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (always, also on errors)")
+    doctor.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the whole report: every patch, the defaults line and the whole verdict (the default is ten lines "
+        "at most)",
+    )
     doctor.add_argument(
         "--config",
         metavar="FILE",
@@ -262,7 +270,7 @@ def _doctor(args):
     if "error" in report:
         print(f"{PROG} doctor: {report['error']}", file=sys.stderr)
     elif not args.json:
-        print(doctor.render(report))
+        print(doctor.render(report, verbose=args.verbose))
     return report["exit"]
 
 
