@@ -50,14 +50,6 @@ def _from_first(pattern):
     return keep
 
 
-def _doctor_summary(lines):
-    """What the README shows of doctor: the versions, the mode, the verdict's first sentence, the self-check."""
-    pick = lambda prefix: next(line for line in lines if line.startswith(prefix))  # noqa: E731
-    verdict = pick("Verdict: ")
-    first = verdict[: verdict.index(". ") + 1] + " ..." if ". " in verdict else verdict
-    return [pick("Installed: "), pick("Plugin: "), "  ...", first, pick("Self-check ")]
-
-
 @dataclasses.dataclass(frozen=True)
 class Block:
     page: str
@@ -65,10 +57,15 @@ class Block:
     keep: object = None  # lines -> the lines shown; None: all of them
     shortened: bool = False
     leg: str = None  # a leg of scripts/matrix.py (.matrix/<leg>/, built by `make matrix`) to run in; None: this one
+    module: str = None  # `python -m MODULE` instead of the command line (a proof table); None: the command line
 
     def executable(self):
         folder = os.path.join(ROOT, ".matrix", self.leg, "bin") if self.leg else os.path.dirname(sys.executable)
-        return os.path.join(folder, CLI)
+        return os.path.join(folder, "python" if self.module else CLI)
+
+    def command(self):
+        """What the block's stamp says was run."""
+        return " ".join(("python -m " + self.module if self.module else CLI, *self.arguments))
 
 
 NATIVE_LEG = "unsloth-2026.10.9-transformers-5.17.0-trl-1.15.0"
@@ -76,11 +73,11 @@ NATIVE_LEG = "unsloth-2026.10.9-transformers-5.17.0-trl-1.15.0"
 
 BLOCKS = {
     "reproduce": Block("README.md", ("reproduce",), _from_first(r"Unsloth \d")),
-    "doctor-summary": Block("README.md", ("doctor",), _doctor_summary, shortened=True),
+    "doctor-summary": Block("README.md", ("doctor",), _from_first(r"Installed: ")),  # ten lines at most
     "doctor": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: ")),
     "doctor-native": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: "), leg=NATIVE_LEG),
     "doctor-config": Block(
-        "docs/doctor.md", ("doctor", "--config", "examples/train.yaml"), _from_first(r"Run config sets: ")
+        "docs/doctor.md", ("doctor", "--config", "examples/train.yaml"), _from_first(r"Installed: ")
     ),
     "cli-help": Block("docs/cli.md", ("--help",)),
     # Each command's usage lines (its options are explained on its own page; `--help` prints them all).
@@ -90,6 +87,10 @@ BLOCKS = {
         )
         for command in ("reproduce", "doctor", "bench", "impact")  # status has no options
     },
+    # The realistic configurations, each judged by the oracle beside its per-micro-batch control (minutes).
+    "scenarios": Block(
+        "docs/in-the-field.md", (), _from_first(r"Unsloth \d"), module="unsloth_diffusion_norm.proof.scenarios"
+    ),
 }
 PACKAGES = ("unsloth", "transformers", "trl", "torch")
 
@@ -109,11 +110,16 @@ def run(block):
     if not os.path.exists(block.executable()):
         sys.exit(f"docs_outputs: {block.executable()} is missing: build the leg first (make matrix)")
     done = subprocess.run(
-        [block.executable(), *block.arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [block.executable(), *(("-m", block.module) if block.module else ()), *block.arguments],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     lines = done.stdout.rstrip("\n").splitlines()
     if done.returncode != 0:
-        sys.exit(f"docs_outputs: `{CLI} {' '.join(block.arguments)}` exited {done.returncode}:\n{done.stderr}")
+        sys.exit(f"docs_outputs: `{block.command()}` exited {done.returncode}:\n{done.stderr}")
     return block.keep(lines) if block.keep else lines
 
 
@@ -143,14 +149,14 @@ def main(argv=None):
     if args.list:
         for name in names:
             where = f"   (in .matrix/{BLOCKS[name].leg})" if BLOCKS[name].leg else ""
-            print(f"{name:<16} {BLOCKS[name].page:<20} {CLI} {' '.join(BLOCKS[name].arguments)}{where}")
+            print(f"{name:<16} {BLOCKS[name].page:<20} {BLOCKS[name].command()}{where}")
         return 0
     if names:
         commit = commit_of_the_code()
     for name in names:
         block = BLOCKS[name]
         lines = run(block)
-        command = " ".join((CLI, *block.arguments))
+        command = block.command()
         figures = {"lines": lines, "shortened": block.shortened}
         records.write(f"output-{name}", command, figures, covers=records.PLUGIN, found=versions(block), commit=commit)
         print(f"{name}: {len(lines)} lines into records/output-{name}.json")

@@ -46,7 +46,7 @@ def test_each_block_names_its_command_the_commit_and_the_pinned_versions():
         block = docs_outputs.BLOCKS[name]
         stamp = docs_outputs.STAMP.match(body.splitlines()[0])
         assert stamp, f"{name}: no stamp in its first line: {body.splitlines()[0]!r}"
-        assert stamp["command"] == " ".join((docs_outputs.CLI, *block.arguments)), name
+        assert stamp["command"] == block.command(), name
         assert bool(stamp["shortened"]) == block.shortened, name
         expected = dict(pinned)
         if block.leg:  # a leg's own Unsloth, transformers and TRL (its name says them), torch pinned alike
