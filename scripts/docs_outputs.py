@@ -58,6 +58,7 @@ class Block:
     shortened: bool = False
     leg: str = None  # a leg of scripts/matrix.py (.matrix/<leg>/, built by `make matrix`) to run in; None: this one
     module: str = None  # `python -m MODULE` instead of the command line (a proof table); None: the command line
+    prepare: object = None  # () -> None: makes the command's input first (outputs/ is ignored by git)
 
     def executable(self):
         folder = os.path.join(ROOT, ".matrix", self.leg, "bin") if self.leg else os.path.dirname(sys.executable)
@@ -87,6 +88,12 @@ BLOCKS = {
         )
         for command in ("reproduce", "doctor", "bench", "impact")  # status has no options
     },
+    "impact": Block(
+        "docs/impact.md",
+        ("impact", "--config", "examples/train.yaml", "--data", "outputs/demo/data.jsonl", "--tokenizer")
+        + ("outputs/demo/tokenizer", "--world-size", "2", "--plot", "docs/impact.png"),
+        prepare=lambda: _demo_data(),
+    ),
     # The realistic configurations, each judged by the oracle beside its per-micro-batch control (minutes).
     "scenarios": Block(
         "docs/in-the-field.md", (), _from_first(r"Unsloth \d"), module="unsloth_diffusion_norm.proof.scenarios"
@@ -104,8 +111,17 @@ def versions(block):
     return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
+def _demo_data():
+    """impact's input: the docstring set and its tokenizer, made on this machine (nothing downloaded)."""
+    from unsloth_diffusion_norm.tools import docstring_data  # noqa: PLC0415  (plain Python and tokenizers)
+
+    docstring_data.write(os.path.join(ROOT, "outputs", "demo"))
+
+
 def run(block):
     """The command's output as it prints it (stdout and stderr together, as a terminal shows them)."""
+    if block.prepare:
+        block.prepare()
     env = {**os.environ, "UNSLOTH_ALLOW_CPU": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
     if not os.path.exists(block.executable()):
         sys.exit(f"docs_outputs: {block.executable()} is missing: build the leg first (make matrix)")
