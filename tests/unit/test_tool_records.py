@@ -77,7 +77,7 @@ def test_the_mutation_record_in_the_store_is_the_reports():
         f"({figures['mutants']} mutants, {figures['equivalent']} equivalent, {figures['surviving']} surviving)"
         in report
     )
-    assert f"At commit {record['commit']}." in report
+    assert f"At commit {record['commit']}" in report
 
 
 def test_a_fuzzing_runs_record_counts_every_kind_and_the_totals():

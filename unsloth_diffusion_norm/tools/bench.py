@@ -275,13 +275,14 @@ def run(plan=Plan(), log=print):
     its record (`plan.record`, see the module's docstring). Removes every temporary directory it makes, also on
     Ctrl-C."""
     workdir = tempfile.mkdtemp(prefix="udn-bench-")
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()[0]  # (other jobs on the host widen the blocks' spread)
     try:
         found = _run(plan, log, workdir)
     finally:
         with processes.deferred_interrupts():
             shutil.rmtree(workdir, ignore_errors=True)
     found["seconds"] = round(time.perf_counter() - started, 1)
+    found["load_average"] = {"start": load, "end": os.getloadavg()[0]}  # the host's 1-minute load average
     if plan.record and not plan.quick and not plan.memory_only:
         from . import records
 

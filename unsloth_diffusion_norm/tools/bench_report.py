@@ -226,8 +226,9 @@ def figures(found):
         "import_unsloth": found.get("import_unsloth"),
         "collectives_per_step": found.get("collectives_per_step"),
     }
-    if found.get("seconds") is not None:
-        out["seconds"] = found["seconds"]
+    for name in ("seconds", "load_average"):
+        if found.get(name) is not None:
+            out[name] = found[name]
     return out
 
 
