@@ -79,6 +79,8 @@ def test_every_record_names_its_command_commit_machine_versions_and_code(name):
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_figure_reads_as_its_record_renders_it_now(path):
+    if not records.history():
+        pytest.skip("a shallow clone: what changed since a record's commit needs the history")
     text = path.read_text(encoding="utf-8")
     try:
         rendered = records.render(text)

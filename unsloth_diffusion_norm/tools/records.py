@@ -143,6 +143,12 @@ def leaves(figures, prefix=""):
 
 
 @functools.cache
+def history():
+    """Whether this checkout holds the history a record's commit is looked up in (a shallow clone does not)."""
+    return _git("rev-parse", "--is-shallow-repository") == "false"
+
+
+@functools.cache
 def changed_since(name):
     """The labels of the code the record covers that changed after its commit (its history unknown: '?')."""
     record = load(name)
