@@ -31,7 +31,8 @@ STORE = os.path.join(ROOT, "records")
 PACKAGES = ("unsloth", "unsloth_zoo", "transformers", "trl", "accelerate", "torch")
 # What most records measured: the code that runs in a user's training step.
 CORE = {"the core": ["unsloth_diffusion_norm/*.py"]}
-PLUGIN = {"the plugin": ["unsloth_diffusion_norm/**"]}  # what a command's output depends on: core, proof, tools
+# What a command's output depends on: core, proof, tools; not this module, which renders pages ("!": left out).
+PLUGIN = {"the plugin": ["unsloth_diffusion_norm/**", "!unsloth_diffusion_norm/tools/records.py"]}
 
 FIGURE = re.compile(r"<!--r (?P<name>[\w-]+)\.(?P<key>[\w.-]+?)(?::(?P<spec>[^>]*?))?-->(?P<text>.*?)<!--/r-->")
 COUNT = re.compile(r"<!--n (?P<name>[\w-]+)-->(?P<text>.*?)<!--/n-->")
@@ -142,6 +143,10 @@ def leaves(figures, prefix=""):
         yield prefix[:-1], figures
 
 
+def _pathspec(path):
+    return f":(exclude,glob){path[1:]}" if path.startswith("!") else f":(glob){path}"
+
+
 @functools.cache
 def history():
     """Whether this checkout holds the history a record's commit is looked up in (a shallow clone does not)."""
@@ -157,7 +162,7 @@ def changed_since(name):
         if _git("cat-file", "-e", f"{record['commit']}^{{commit}}") is None:
             return ["?"]
         diff = subprocess.run(
-            ["git", "diff", "--quiet", record["commit"], "HEAD", "--", *[f":(glob){p}" for p in paths]], cwd=ROOT
+            ["git", "diff", "--quiet", record["commit"], "HEAD", "--", *map(_pathspec, paths)], cwd=ROOT
         )
         if diff.returncode != 0:
             changed.append(label)
