@@ -12,9 +12,8 @@ tiny copy (Dream's and LLaDA's, own_model), at its family's own objective or opt
 family's oracle (shifted logits, eps 0, its own normalization). `rank_cases` draws two-rank cases for one launch of
 real processes (an empty rank among them). Combinations the plugin refuses by design (stratified levels without
 per-sample noise; per-sample noise at LLaDA's own normalization on a release without it; mask pairs where a
-family's own loss draws the masks) are not drawn; anything else a run raises is a finding.
-
-hypothesis is a test-time dependency, imported inside the functions that draw (never at import)."""
+family's own loss draws the masks) are not drawn; anything else a run raises is a finding. hypothesis (a test-time
+dependency) is imported inside the functions that draw, never at import."""
 
 from dataclasses import asdict, dataclass, replace
 
@@ -42,8 +41,7 @@ class Configuration:
     max_length: int = None
     lora: str = None  # None, "frozen-head" (the fused-head path) or "saved-head" (dense logits)
     llada: bool = False  # LLaDA's profile on the tiny model, opted into the window
-    # After training, a keyed evaluation (diffusion_eval_noise="fixed") of `held` with this many draws; None: none.
-    eval_draws: int = None
+    eval_draws: int = None  # after training, a keyed evaluation of `held` with this many draws; None: none
     held: tuple = ()  # eval examples, as `examples`
     # Another architecture's tiny copy, by its profile ("dream", "llada"; the model itself is check's `model`), and
     # its run's normalization: None, the family's own; "window", opted in.

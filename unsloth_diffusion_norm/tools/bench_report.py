@@ -1,7 +1,6 @@
-"""`unsloth-diffusion-norm bench`'s report: the table of a run, its noise note and plot, the GPU bench's
-table of parts, and the figures of a run as a record of the results store (records/NAME.json, through
-`records.write`): `figures` and `steps_table` for the CPU bench, `gpu_check_figures` for the GPU check's output
-folder. Reads only what `bench.run` returns (and, for the GPU check, the files scripts/gpu_check.sh wrote)."""
+"""`unsloth-diffusion-norm bench`'s report: a run's table, noise note and plot, the GPU bench's table of parts, and
+a run's figures as a record (records/NAME.json, `records.write`: `figures` and `steps_table` for the CPU bench,
+`gpu_check_figures` for the files scripts/gpu_check.sh wrote). Reads only what `bench.run` returns."""
 
 import re
 
@@ -9,9 +8,8 @@ from ..proof import tables
 from .console import pyplot
 
 QUICK_LABEL = (
-    "quick smoke run ({blocks} blocks of {steps} timed step, tiny model, memory from the timing "
-    "process): every figure is produced, none is a measurement - run `unsloth-diffusion-norm bench` "
-    "for those"
+    "quick smoke run ({blocks} blocks of {steps} timed step, tiny model, memory from the timing process): every "
+    "figure is produced, none is a measurement - run `unsloth-diffusion-norm bench` for those"
 )
 
 
@@ -176,9 +174,7 @@ def render_gpu(parts):
     return "\n".join(lines + (["", note] if note else []))
 
 
-# ---- the record ---------------------------------------------------------------------------------------------------
-
-# A variant's key in a record (a dotted key's part: letters, digits, '_' and '-'), by its label in bench.variants.
+# The record. A variant's key in a record (a dotted key's part: letters, digits, '_' and '-'), by its label in bench.variants.
 VARIANT_KEYS = {
     "unpatched": "unpatched",
     "plugin": "plugin",

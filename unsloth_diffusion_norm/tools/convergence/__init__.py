@@ -23,6 +23,7 @@ import sys
 import time
 
 from .. import console
+from .figures import _tuples
 from .invariance import FLOOR, QUICK, Part1, describe, part1, release_check, render, report, within
 from .runs import MICROBATCH, WINDOW
 from .seeds import QUICK2, Part2, part2
@@ -104,10 +105,6 @@ def render_all(result):
             task.render(result["part3"]),
         ]
     return "\n".join(lines).rstrip()
-
-
-def _tuples(settings):
-    return {name: tuple(value) if isinstance(value, list) else value for name, value in settings.items()}
 
 
 def draw(result, path):

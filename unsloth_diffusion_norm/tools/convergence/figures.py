@@ -139,9 +139,16 @@ def part3(part):
     return out
 
 
+def _tuples(settings):
+    """A result file's settings as the parts' dataclasses take them (JSON's lists back to tuples)."""
+    return {name: tuple(value) if isinstance(value, list) else value for name, value in settings.items()}
+
+
 def tables(result):
     """The report's tables of each part, as the run prints them (render_all's pieces)."""
-    from . import Part1, Part2, _tuples, describe, render, seeds, task
+    from . import seeds, task
+    from .invariance import Part1, describe, render
+    from .seeds import Part2
 
     out = {}
     if "part1" in result:
