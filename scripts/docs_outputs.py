@@ -59,6 +59,7 @@ class Block:
     leg: str = None  # a leg of scripts/matrix.py (.matrix/<leg>/, built by `make matrix`) to run in; None: this one
     module: str = None  # `python -m MODULE` instead of the command line (a proof table); None: the command line
     prepare: object = None  # () -> None: makes the command's input first (outputs/ is ignored by git)
+    same_as: str = None  # another block's name: its run's output, shown again (one run, one set of figures)
 
     def executable(self):
         folder = os.path.join(ROOT, ".matrix", self.leg, "bin") if self.leg else os.path.dirname(sys.executable)
@@ -74,8 +75,8 @@ NATIVE_LEG = "unsloth-2026.10.9-transformers-5.17.0-trl-1.15.0"
 
 BLOCKS = {
     "reproduce": Block("README.md", ("reproduce",), _from_first(r"Unsloth \d")),
-    "doctor-summary": Block("README.md", ("doctor",), _from_first(r"Installed: ")),  # ten lines at most
     "doctor": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: ")),
+    "doctor-summary": Block("README.md", ("doctor",), _from_first(r"Installed: "), same_as="doctor"),
     "doctor-native": Block("docs/doctor.md", ("doctor",), _from_first(r"Installed: "), leg=NATIVE_LEG),
     "doctor-config": Block(
         "docs/doctor.md", ("doctor", "--config", "examples/train.yaml"), _from_first(r"Installed: ")
@@ -169,9 +170,11 @@ def main(argv=None):
         return 0
     if names:
         commit = commit_of_the_code()
+    shown = {}
     for name in names:
         block = BLOCKS[name]
-        lines = run(block)
+        lines = shown[block.same_as] if block.same_as in shown else run(block)
+        shown[name] = lines
         command = block.command()
         figures = {"lines": lines, "shortened": block.shortened}
         records.write(f"output-{name}", command, figures, covers=records.PLUGIN, found=versions(block), commit=commit)
