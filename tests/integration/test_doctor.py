@@ -145,6 +145,12 @@ def short(lines):
     return lines
 
 
+def class_level(names):
+    """The patches on classes: a live trainer's own (2026.10.7+: 'DiffusionTrainer at 0x...: ...') come and go with
+    the trainers this process has built, the self-check's among them."""
+    return [name for name in names if " at 0x" not in name]
+
+
 def test_the_default_output_is_a_verdict_of_ten_lines_at_most(plugin, capsys):
     code, lines = doctor_text(capsys)
     short(lines)
@@ -156,7 +162,7 @@ def test_the_default_output_is_a_verdict_of_ten_lines_at_most(plugin, capsys):
     # the patches, one count per owner, adding up to status()'s
     counted = lines[1].split("; patches: ")[1].removesuffix("; --verbose lists them").split(", ")
     owners = {part.split(" on ", 1)[1]: int(part.split(" on ", 1)[0]) for part in counted}
-    assert sum(owners.values()) == len(unsloth_diffusion_norm.status().patches)
+    assert sum(owners.values()) == len(class_level(name for name, _ in unsloth_diffusion_norm.status().patches))
     fields = 3 * len(config.FIELDS) + 1  # each flag's field, annotation, default; __init__
     assert owners["DiffusionConfig (flags)"] == fields
     window = lines[3]
@@ -194,11 +200,13 @@ def test_json_is_the_report_as_it_was_and_both_texts_render_from_it(plugin, caps
         state.reason,
         state.defaults,
     )
-    assert report["patches"] == [name for name, _ in state.patches] and report["displaced"] == []
+    assert class_level(report["patches"]) == class_level(name for name, _ in state.patches)
+    assert report["displaced"] == []
     assert report["verdict"] == doctor.examine(self_check=False)["verdict"]  # the whole verdict, not the summary
     assert not any(key in report for key in ("lines", "summary", "defects", "verbose"))
     # the text is made from the report alone: what --json holds is all either text needs
-    timing = lambda lines: [line.rsplit(" (", 1)[0] for line in lines]  # noqa: E731 - the self-check's seconds
+    # The self-check's seconds differ between runs, and so do the live trainers' own patches (2026.10.7+).
+    timing = lambda lines: [line.rsplit(" (", 1)[0] for line in lines if " at 0x" not in line]  # noqa: E731
     for options, verbose in (((), False), (("--verbose",), True)):
         _, printed = doctor_text(capsys, *options)
         assert timing(printed) == timing(doctor.render(report, verbose=verbose).splitlines())
@@ -281,7 +289,7 @@ def test_every_case_stays_ten_lines_at_most(plugin):
         "  window normalization: LLaDAModelLM (llada) keeps its own unless a run sets "
         "diffusion_loss_normalization='window'"
     )
-    assert lines[2].endswith("; 2 plugin patches are displaced: the fix is not whole")
+    assert lines[2].endswith("; 2 patches displaced: the fix is not whole")
     one_step = {**report, "shape_of_run": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}}
     lines = short(doctor.render(one_step).splitlines())
     assert MODE == registry.NATIVE or lines[3].endswith("; at batch 8 x GA 1: fixed (needed on several processes)")

@@ -92,11 +92,13 @@ def _plugin(report):
 
 def _patch_groups(names):
     """{owner: how many patches}, in the order status() lists them. DiffusionConfig's are the flags (three for
-    each field, and __init__); every profile's go together; a trainer's own (`DiffusionTrainer at 0x…: …`)
-    count with its class."""
+    each field, and __init__); every profile's go together. A live trainer's own (2026.10.7+: `DiffusionTrainer at
+    0x…: …`) are that trainer's, not the stack's: they come and go with the trainers, so --verbose alone lists them."""
     groups = {}
     for name in names:
-        owner = re.split(r"[.:]| at 0x", name, maxsplit=1)[0].strip()
+        if " at 0x" in name:
+            continue
+        owner = re.split(r"[.:]", name, maxsplit=1)[0].strip()
         if "profile" in owner.lower():
             owner = "profiles"
         elif owner == "DiffusionConfig":
@@ -120,11 +122,11 @@ def _outcome(report):
         word = "FAILED (the self-check)" if fixed(mode, native, displaced) else "AFFECTED"
     said = f"{release} {NATIVELY}" if native else f"{release} normalizes per micro-batch"
     if displaced:  # (their names: --verbose)
-        said += f"; {len(displaced)} plugin patches are displaced: the fix is not whole"
+        said += f"; {len(displaced)} patches displaced: the fix is not whole"
     elif mode == PATCHED:
         said += "; the plugin's fix is active"
     elif mode == NATIVE:
-        said += "; the plugin fixes what it still gets wrong"
+        said += "; the plugin fixes the rest"
     else:
         said += " and the plugin's installation is broken" if mode == BROKEN else f" and the plugin is {mode}"
         said += f" ({report['reason']})" if mode == DISABLED else ""
