@@ -170,14 +170,16 @@ def changed_since(name):
 
 
 def where(name):
-    """'CPU, 9db11bf' or 'NVIDIA H200, e0445c8; the core changed since': what every rendered figure carries."""
+    """'CPU, 9db11bf' or 'H200, e0445c8; the core changed since': what every rendered figure carries (a record
+    written from a tree with uncommitted changes to the package says so)."""
     record = load(name)
     kind = "CPU" if record["machine"].startswith("CPU") else record["machine"].replace("NVIDIA ", "")
+    commit = record["commit"] + (" with uncommitted changes" if record.get("dirty") else "")
     changed = changed_since(name)
     if changed == ["?"]:
-        return f"{kind}, {record['commit']}"  # a clone without the history cannot tell; the full history can
+        return f"{kind}, {commit}"  # a clone without the history cannot tell; the full history can
     since = f"; {' and '.join(changed)} changed since" if changed else ""
-    return f"{kind}, {record['commit']}{since}"
+    return f"{kind}, {commit}{since}"
 
 
 # ---- counts of things the code defines --------------------------------------------------------------------------
