@@ -71,6 +71,8 @@ wheel-check: dist
 # leg under .matrix/, the tiers that tell releases apart in each; rewrites docs/compatibility.md's table.
 matrix: setup
 	$(BIN)/python scripts/matrix.py --page docs/compatibility.md $(MATRIX_FLAGS)
+	# The run wrote records/matrix.json: the pages quote it, so render them again (tests/unit/test_records.py).
+	$(BIN)/python scripts/docs_outputs.py --render
 
 # Does the fix change the model? (docs/convergence.md; about 75 minutes on 2 cores.) Part 2's third arm, Unsloth's own
 # fix, is trained on 2026.10.9 in the matrix leg's environment (.matrix/, built once), then both parts run here;
