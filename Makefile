@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint dist wheel-check docs-outputs matrix mutation convergence fuzz clean
+.PHONY: setup reproduce test test-fast lint dist wheel-check docs-outputs matrix mutation convergence registered fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -92,6 +92,14 @@ convergence: setup
 		--json docs/convergence-task-native.json
 	$(RUN) $(BIN)/python scripts/convergence.py --part 3 --native docs/convergence-task-native.json \
 		--plot docs/convergence-task.png --json docs/convergence-task.json
+
+# The registered accuracy study (docs/convergence.md, Part 3): each run adds whole seeds to
+# docs/convergence-registered.json for REGISTERED_MINUTES, two worker processes; run it again until it has 24
+# seeds of every arm and layout, when its table gives the registered tests. Writes records/convergence-registered.json.
+REGISTERED_MINUTES ?= 30
+registered: setup
+	$(RUN) $(BIN)/python scripts/convergence.py --registered --add-to docs/convergence-registered.json \
+		--minutes $(REGISTERED_MINUTES)
 
 # The fuzzer (tests/integration/test_fuzz.py, whose bounded share every `make test` and matrix leg runs) for
 # FUZZ_MINUTES: rounds of fresh random configurations against the oracle and random bad input; prints the counts.

@@ -113,7 +113,7 @@ def test_part3_report_pairs_complete_seeds_and_holds_unsloths_own_fix_to_the_win
     }
     part = task.report(runs, settings)
     assert part["seeds"] == [0, 1]  # (seed 2 only when every arm has it)
-    window, paired = part["arms"][WINDOW], part["paired"][MICROBATCH]
+    window, paired = part["arms"][WINDOW], part["paired"]["window_minus_microbatch"]
     assert window["per_seed"] == [0.9, 0.7] and window["steps_to_learn"] == [50, 100]
     assert part["arms"][MICROBATCH]["steps_to_learn"] == [100, None]
     assert paired["accuracy"]["mean"] == pytest.approx(0.25) and paired["objective"]["mean"] == pytest.approx(-0.15)
@@ -153,22 +153,53 @@ def test_part3_flags_refused_in_one_line(argv, says, capsys):
     assert stopped.value.code == 2 and says in error, error
 
 
-def test_the_page_shows_part3_as_its_results_file_renders_and_unsloths_own_fix_equal():
-    """docs/convergence.md's Part 3 output is docs/convergence-task.json rendered now (a change of the report
-    shows here), over 8 seeds every arm ran, with Unsloth's own fix bitwise the window arm."""
+def test_the_page_shows_the_pilot_as_its_results_file_renders_now_and_unsloths_own_fix_equal():
+    """docs/convergence.md's pilot table is the record's, and the record's table is docs/convergence-task.json
+    rendered by the report as it is now (a change of the report shows here): 8 seeds every arm ran, with Unsloth's
+    own fix bitwise the window arm."""
     import json
     import pathlib
 
-    from unsloth_diffusion_norm.tools import convergence
+    from unsloth_diffusion_norm.tools import records
+    from unsloth_diffusion_norm.tools.convergence import figures
 
     docs = pathlib.Path(__file__).parents[2] / "docs"
     result = json.loads((docs / "convergence-task.json").read_text())
-    assert "```\n" + convergence.render_all(result).strip() + "\n```" in (docs / "convergence.md").read_text()
+    assert records.load("convergence-task")["tables"]["arms"] == figures.tables(result)["part3"]["arms"]
+    assert "<!-- record: convergence-task.arms -->" in (docs / "convergence.md").read_text()
     part = result["part3"]
     assert part["seeds"] == list(range(8)) and set(part["arms"]) == {WINDOW, MICROBATCH, *seeds.LOWER_VARIANCE} - {
         seeds.BOTH
     }
     assert part["native"] == {"unsloth": "2026.10.9", "seeds": [0], "equal_losses": True, "equal_measurements": True}
+
+
+def test_every_part3_difference_reads_its_direction_from_its_name():
+    """task.report names each paired difference "a_minus_b"; its value, seed by seed, is a − b (a difference
+    computed the other way round, or printed under the other order, fails here)."""
+    from unsloth_diffusion_norm.tools.convergence import task
+
+    finals = {seeds.WINDOW: (0.9, 0.7), seeds.MICROBATCH: (0.4, 0.6), seeds.COMPLEMENTARY: (0.5, 0.5)}
+    finals[seeds.TWICE] = (0.8, 0.2)
+
+    def run(seed, accuracy, steps):
+        measured = [(0, {"accuracy": 0.0, "by_length": [0.0] * 4, "objective": 2.0})]
+        measured += [(50, {"accuracy": accuracy, "by_length": [accuracy] * 4, "objective": 1 - accuracy})]
+        return {"seed": seed, "seconds": 1.0, "measured": measured, "digest": "", "loss": 0.0}
+
+    runs = {name: [run(seed, value, 50) for seed, value in enumerate(values)] for name, values in finals.items()}
+    part = task.report(runs, task.QUICK3)
+    assert sorted(part["paired"]) == sorted(
+        ["window_minus_microbatch", "window_minus_complementary", "window_minus_twice", "twice_minus_complementary"]
+    )
+    printed = task.render(part)
+    for name, difference in part["paired"].items():
+        ours, theirs = task.minus(name)
+        wanted = sum(a - b for a, b in zip(finals[ours], finals[theirs])) / 2
+        assert difference["accuracy"]["mean"] == pytest.approx(wanted), name
+        assert difference["objective"]["mean"] == pytest.approx(-wanted), name
+        label = " − ".join("window" if arm == seeds.WINDOW else task.NAMES[arm] for arm in (ours, theirs))
+        assert f"{label}" in printed and f"final accuracy {100 * wanted:+.1f} points" in printed, name
 
 
 def test_part3s_equal_compute_difference_is_named_by_its_sign_the_twice_arm_minus_the_pairs():
@@ -192,11 +223,11 @@ def test_part3s_equal_compute_difference_is_named_by_its_sign_the_twice_arm_minu
             }
             for name in (seeds.COMPLEMENTARY, seeds.TWICE)
         },
-        "paired": {"equal_compute": task._paired([run(0, 0.9), run(1, 0.8)], [run(0, 0.5), run(1, 0.6)])},
+        "paired": {"twice_minus_complementary": task._paired([run(0, 0.9), run(1, 0.8)], [run(0, 0.5), run(1, 0.6)])},
         "bins": [],
         "baselines": {},
     }
-    assert part["paired"]["equal_compute"]["accuracy"]["mean"] == pytest.approx(0.3)  # twice − pairs
+    assert part["paired"]["twice_minus_complementary"]["accuracy"]["mean"] == pytest.approx(0.3)  # twice − pairs
     line = next(line for line in task.render(part).splitlines() if "equal forward compute" in line)
     assert line.startswith("window, 2× rows − complementary pairs (equal forward compute): final accuracy +30.0 points")
     named = figures.part3({**part, "seeds": [0, 1], "settings": {}, "arms": {}})["paired"]
@@ -240,3 +271,50 @@ def test_a_runs_records_hold_its_summary_figures_and_tables_and_no_curves(tmp_pa
     part1 = {"part1": {}, "microbatch_flag_vs_unpatched": None, "settings": dataclasses.asdict(QUICK)}
     both = figures.records_of({**result, **part1}, "convergence")
     assert [name for name, _, _ in both] == ["convergence-part1", "convergence-part2"]
+
+
+def test_the_registered_tests_are_the_exact_sign_test_its_median_interval_and_holm():
+    """The registered analysis's statistics, against values worked by hand: the sign test's p (ties set aside),
+    the order-statistic interval it inverts (n = 24: the 7th and the 18th), Holm's step-down adjustment, the
+    design's power (at no effect: the test's size, under the level)."""
+    from unsloth_diffusion_norm.tools.convergence import registered
+
+    assert registered.sign_test([100, 200, 300, 400], [200, 200, 400, 500]) == (3, 0, 1, 0.25)
+    assert registered.sign_test([1] * 24, [2] * 24)[3] == pytest.approx(2 / 2**24)
+    median, (low, high) = registered.median_interval(list(range(24)))
+    assert (median, low, high) == (11.5, 6, 17)
+    assert registered.holm([0.04, 0.01]) == [0.04, 0.02] and registered.holm([0.03, 0.04]) == [0.06, 0.06]
+    assert registered.power(24, 0.5) < registered.LEVEL < registered.power(24, 0.8)
+    assert registered.mcnemar([True, True, False], [False, True, True]) == (1, 1, 1.0)
+
+
+def test_the_registered_analysis_counts_a_run_that_never_learned_as_later_and_tests_only_at_24_seeds():
+    """Steps to 50 % censored at the last step (a run that never learned is later than every run that did); the
+    tests, and the verdict, only once every arm at both layouts has the registered seeds; its sign from the
+    window's side."""
+    from unsloth_diffusion_norm.tools.convergence import registered
+
+    settings = {"steps": 100, "every": 50}
+
+    def run(seed, learned_at):
+        curve = [(0, 0.0), (50, 1.0 if learned_at == 50 else 0.0), (100, 0.0 if learned_at is None else 1.0)]
+        measured = [(s, {"accuracy": a, "by_length": [a] * 4, "palindromes": a, "objective": 1 - a}) for s, a in curve]
+        return {"seed": seed, "measured": measured}
+
+    def study(seeds):
+        runs = {}
+        for layout in registered.LAYOUTS.values():
+            runs[registered.unit("window", layout)] = [run(s, 50) for s in range(seeds)]
+            theirs = [run(s, None if s % 2 else 100) for s in range(seeds)]
+            runs[registered.unit("microbatch", layout)] = theirs
+        return {"settings": settings, "runs": runs}
+
+    assert registered.censored(run(0, None), settings) == 150
+    early = registered.analysis(study(23))
+    assert not early["registered"] and "Progress: 23 of 24" in registered.render(study(23))
+    found = registered.analysis(study(24))
+    h1 = found["hypotheses"]["H1"]
+    assert found["registered"] and h1["primary"]["earlier"] == 24 and h1["primary"]["significant"]
+    assert h1["learned"] == {"window": 24, "microbatch": 12, "p": pytest.approx(2 / 2**12)}
+    assert h1["median_difference"]["mean"] < 0 and h1["final"]["mean"] == pytest.approx(0.5)
+    assert "the window learns the task sooner" in registered.render(study(24))

@@ -51,6 +51,11 @@ def _git(*args):
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def head():
+    """This checkout's commit, short (None outside a git checkout)."""
+    return _git("rev-parse", "--short", "HEAD")
+
+
 def machine():
     """'CPU' or the GPU's model, with the host's cores: what a reader needs to weigh a figure."""
     try:

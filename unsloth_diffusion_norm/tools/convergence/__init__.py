@@ -204,83 +204,142 @@ def _write_records(result, path, name, command):
         print("records: " + ", ".join(f"records/{n}.json" for n in written), file=sys.stderr)
 
 
-def main(argv=None):
-    """The command line (scripts/convergence.py): the tables on stdout, progress on stderr; --json FILE or
-    --json alone (JSON on stdout instead of the tables), --plot FILE. Exit 0 when Part 1 holds (or did not
-    run), 1 when --quick finds it does not; the documented run reports what comes out and exits 0."""
+def _parser():
     import argparse
-    import sys
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "--quick",
         action="store_true",
         help="the test's settings (Part 1: k = 2 and 4, 4 steps; Part 2: 2 seeds, 3 steps); exit 1 unless Part 1 holds",
     )
-    parser.add_argument(
-        "--part", type=int, choices=(1, 2, 3), help="run this part only (default: 1 and 2; 3 only when asked)"
+    add("--part", type=int, choices=(1, 2, 3), help="run this part only (default: 1 and 2; 3 only when asked)")
+    add(
+        "--registered",
+        action="store_true",
+        help="the registered accuracy study (Part 3's task, window against per-micro-batch at batch 1 x GA 8 and "
+        "4 x GA 2, 24 seeds): alone, print its design and power; with --add-to FILE, grow its results file by whole "
+        "seeds and print the registered table (the tests only once every registered seed has run)",
     )
-    parser.add_argument(
+    add(
         "--gpu",
         action="store_true",
         help="Part 2 at the CUDA preset (the GPU bench's architecture, bf16, 300 steps, 5 seeds), or with --part 3 "
-        "Part 3 at a larger model (hidden 256, 4 layers, bf16; with --add-to); skipped, with the reason, where CUDA is "
-        "not available",
+        "or --registered a larger model (hidden 256, 4 layers, bf16; with --add-to); skipped, with the reason, where "
+        "CUDA is not available",
     )
-    parser.add_argument(
+    add(
         "--arms",
         type=_arms,
         help="the arms to train, comma-separated: window, microbatch (Part 2's default); the lower-variance "
         "noise arms stratified, complementary, both, and twice (the window at twice the rows per step); Part 3's "
         "default: window, microbatch, stratified, complementary, twice",
     )
-    parser.add_argument("--seeds", type=console.positive_int, metavar="N", help="the part's first N seeds only")
-    parser.add_argument(
+    add("--seeds", type=console.positive_int, metavar="N", help="the part's first N seeds only")
+    add(
         "--workers",
         type=console.positive_int,
         metavar="N",
-        help="Part 3: runs side by side in N processes of one thread each (default: the CPU cores; the results do "
-        "not depend on it)",
+        help="Part 3 and --registered: runs side by side in N processes of one thread each (default: the CPU "
+        "cores; the results do not depend on it)",
     )
-    parser.add_argument(
+    add(
         "--add-to",
         type=console.writable,
         metavar="FILE",
-        help="Part 3: add the runs this results file lacks, seeds in order, until --minutes would pass; the file "
-        "(written after each run) reports the seeds every arm has run, and where and when each chunk ran",
+        help="Part 3 or --registered: add the runs this results file lacks, seeds in order, until --minutes would "
+        "pass; the file (written after each run, or each seed) reports the seeds every arm has run, and where and "
+        "when each chunk ran",
     )
-    parser.add_argument(
-        "--minutes", type=_positive_float, default=8.0, help="--add-to's time for this chunk (default: 8)"
-    )
-    parser.add_argument(
+    add("--minutes", type=_positive_float, default=8.0, help="--add-to's time for this chunk (default: 8)")
+    add(
         "--native",
         type=_native,
         metavar="FILE",
         help="Part 2: add the window arm of this JSON, written on Unsloth 2026.10.7+ at the same settings, as a "
         "third arm (Unsloth's own fix); Part 3: hold its window arm to this run's, seed by seed",
     )
-    parser.add_argument(
-        "--json", nargs="?", const="-", type=console.writable, help="write the numbers to FILE (alone: on stdout)"
-    )
-    parser.add_argument("--plot", type=console.writable, help="draw the curves into this PNG")
-    parser.add_argument(
+    add("--json", nargs="?", const="-", type=console.writable, help="write the numbers to FILE (alone: on stdout)")
+    add("--plot", type=console.writable, help="draw the curves into this PNG")
+    add(
         "--record",
         metavar="NAME",
         help="with --json FILE or --add-to FILE: the results store's record of the run's figures, records/NAME.json "
         "(NAME-part1, NAME-part2, NAME-part3 for a run of several parts; default: FILE's name without .json, none "
         "with --quick; '' for none)",
     )
-    args = parser.parse_args(argv)
-    command = "python scripts/convergence.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    parts = (args.part,) if args.part else (2,) if args.gpu else (1, 2)
+    return parser
+
+
+def _refuse(parser, args, parts):
+    """The combinations that cannot run, refused before anything is imported."""
     if args.gpu and args.part == 1:
         parser.error("--gpu is Part 2's or Part 3's preset: leave out --part 1")
-    if args.add_to and parts != (3,):
-        parser.error("--add-to grows a Part 3 results file: give --part 3")
+    if args.registered and (args.part or args.quick or args.seeds or args.native or args.arms or args.json):
+        parser.error("--registered is its own study: leave out --part, --quick, --seeds, --native, --arms, --json")
+    if args.add_to and parts != (3,) and not args.registered:
+        parser.error("--add-to grows a Part 3 results file: give --part 3 (or --registered)")
     if args.add_to and (args.json or args.quick or args.seeds or args.native):
         parser.error("--add-to writes its own file: leave out --json, --quick, --seeds and --native")
     if args.native is not None and not any(f"part{p}" in args.native for p in parts):
         parser.error(f"--native: that file holds no Part {' or '.join(map(str, parts))} run")
+
+
+def _settings(args, parts):
+    """(Part 1's, Part 2's, Part 3's settings) of this run; None for a part that does not run."""
+    from . import seeds, task
+
+    first = (QUICK if args.quick else Part1()) if 1 in parts else None
+    second = (seeds.GPU_QUICK if args.quick else seeds.GPU) if args.gpu else (QUICK2 if args.quick else Part2())
+    if args.native is not None and 2 in parts:  # refused before the training, not after it
+        seeds.native_arms(args.native, second)
+    third = (task.QUICK3 if args.quick else task.GPU3 if args.gpu else task.Part3()) if 3 in parts else None
+    if args.seeds:
+        first, second, third = (
+            None if s is None else dataclasses.replace(s, seeds=s.seeds[: args.seeds]) for s in (first, second, third)
+        )
+    if args.native is not None and "part3" in args.native and third is not None:
+        task.check_native(args.native, third)
+    return first if 1 in parts else None, second if 2 in parts else None, third
+
+
+def _grow(args, third, state, workdir, say, command):
+    """--add-to: a chunk of Part 3's results file or of the registered study's; prints its table, writes its record."""
+    from . import figures, registered, task
+
+    device = _device_name() if args.gpu else "CPU"
+    if args.registered:
+        settings = registered.GPU if args.gpu else registered.SETTINGS
+        workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
+        from .. import records
+
+        found = registered.grow(args.add_to, settings, workdir, args.minutes, say, workers, device, records.head())
+        print(registered.render(found))
+        figures.write_registered(found, args.add_to, args.record, command)
+        return 0
+    result = task.grow(args.add_to, third, workdir, args.minutes, say, args.arms or task.ARMS, device)
+    print(task.render(result["part3"]) if result["part3"]["arms"] else "no seed complete yet")
+    if result["part3"]["arms"]:
+        result.update(mode=state.mode, unsloth=state.unsloth_version)
+        _write_records(result, args.add_to, args.record, command)
+    return 0
+
+
+def main(argv=None):
+    """The command line (scripts/convergence.py): the tables on stdout, progress on stderr; --json FILE or
+    --json alone (JSON on stdout instead of the tables), --plot FILE. Exit 0 when Part 1 holds (or did not
+    run), 1 when --quick finds it does not; the documented run reports what comes out and exits 0."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command = "python scripts/convergence.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    parts = (args.part,) if args.part else (3,) if args.registered else (2,) if args.gpu else (1, 2)
+    _refuse(parser, args, parts)
+    if args.registered and not args.add_to:
+        from . import registered
+
+        print(registered.plan())
+        return 0
     try:
         if args.plot and not console.can_plot():
             raise console.Failure(console.NO_PLOT)
@@ -294,43 +353,11 @@ def main(argv=None):
 
             state = activation.status()
             progress.say(f"Unsloth {state.unsloth_version} ({state.mode})")
-            from . import seeds
-
-            first = (QUICK if args.quick else Part1()) if 1 in parts else None
-            second = (seeds.GPU_QUICK if args.quick else seeds.GPU) if args.gpu else (QUICK2 if args.quick else Part2())
-            if args.native is not None and 2 in parts:  # refused before the training, not after it
-                seeds.native_arms(args.native, second)
-            from . import task
-
-            third = (task.QUICK3 if args.quick else task.GPU3 if args.gpu else task.Part3()) if 3 in parts else None
-            if args.seeds:
-                first, second, third = (
-                    None if s is None else dataclasses.replace(s, seeds=s.seeds[: args.seeds])
-                    for s in (first, second, third)
-                )
-            if args.native is not None and "part3" in args.native and third is not None:
-                task.check_native(args.native, third)
+            first, second, third = _settings(args, parts)
             if args.add_to:
-                device = _device_name() if args.gpu else "CPU"
-                result = task.grow(
-                    args.add_to, third, workdir, args.minutes, progress.say, args.arms or task.ARMS, device
-                )
-                print(task.render(result["part3"]) if result["part3"]["arms"] else "no seed complete yet")
-                if result["part3"]["arms"]:
-                    result.update(mode=state.mode, unsloth=state.unsloth_version)
-                    _write_records(result, args.add_to, args.record, command)
-                return 0
+                return _grow(args, third, state, workdir, progress.say, command)
             workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
-            result = run(
-                first if 1 in parts else None,
-                second if 2 in parts else None,
-                workdir,
-                progress.say,
-                args.arms,
-                args.native,
-                third,
-                workers,
-            )
+            result = run(first, second, workdir, progress.say, args.arms, args.native, third, workers)
         result["mode"] = state.mode
         result["unsloth"], result["seconds"] = state.unsloth_version, round(time.perf_counter() - started, 1)
         if args.json == "-":

@@ -14,6 +14,7 @@ equal-compute difference is the window at twice the rows minus the pairs: `paire
 
 import os
 import re
+import sys
 
 from .runs import WINDOW
 
@@ -121,8 +122,10 @@ def part3(part):
         }
     paired = {}
     for name, found in part["paired"].items():
-        # task.report: _paired(window, arm) for each arm; equal_compute is _paired(twice, complementary)
-        label = "twice_minus_pairs" if name == "equal_compute" else f"window_minus_{name}"
+        # task.report names each difference by its sign (a_minus_b); a file written before it did: window − arm,
+        # and equal_compute, the window at twice the rows − the pairs
+        label = {"equal_compute": "twice_minus_pairs", "twice_minus_complementary": "twice_minus_pairs"}.get(name)
+        label = label or (name if "_minus_" in name else f"window_minus_{name}")
         paired[label] = {"exact_match": _stat(found["accuracy"]), "objective": _stat(found["objective"])}
         if "steps" in found:
             paired[label]["steps_to_learn"] = _stat(found["steps"])
@@ -211,3 +214,16 @@ def write(result, name, command, **where):
 
 
 __all__ = ["WINDOW", "default_name", "key", "records_of", "tables", "write"]
+
+
+def write_registered(found, path, name, command):
+    """The registered study's record: its analysis (at the registered seed count, its tests) and its table."""
+    from .. import records
+    from . import registered
+
+    name = default_name(path) if name is None else name
+    if name:
+        records.write(
+            name, command, registered.analysis(found), covers=COVERS, tables={"report": registered.render(found)}
+        )
+        print(f"records: records/{name}.json", file=sys.stderr)

@@ -18,14 +18,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import random
 import time
-import zlib
 
+from .reversal import WIDTH, _words, answer, baselines, held_out, palindrome, prompt, rows, sequences
 from .runs import MICROBATCH, WINDOW, Arm, Training, shape, train
 from .seeds import COMPLEMENTARY, FLAGS, NAMES, STRATIFIED, TWICE, _label, interval
 
-SYMBOLS, FIRST_WORD, SEPARATOR, FILLER, WIDTH = 10, 10, "w5", "w6", 16
 BINS = ((1, 4), (5, 8), (9, 12), (13, 16))  # answer lengths (symbols, the EOS aside)
 # The arms, as Part 2 names them: the window and per-micro-batch normalization; the lower-variance noise arms
 # (window-normalized): stratified levels, complementary mask pairs, and the window at twice the rows per step
@@ -65,56 +63,24 @@ GPU3 = Part3(
 )
 
 
-def sequences(seed, count, held):
-    """`count` symbol sequences of 1-16 symbols from `seed`'s generator, on the held-out side or the training side."""
-    rng, found = random.Random(seed), []
-    while len(found) < count:
-        sequence = tuple(rng.randrange(SYMBOLS) for _ in range(rng.randint(1, WIDTH)))
-        if (zlib.crc32(bytes(sequence)) % 5 == 0) == held:
-            found.append(sequence)
-    return found
-
-
-def _words(symbols):
-    return " ".join(f"w{FIRST_WORD + s}" for s in symbols)
-
-
-def prompt(sequence):
-    return " ".join([FILLER] * (WIDTH - len(sequence)) + [_words(sequence), SEPARATOR])
-
-
-def answer(sequence):
-    return tuple(reversed(sequence))
-
-
-def rows(found):
-    return [{"prompt": prompt(s), "completion": " " + _words(answer(s))} for s in found]
-
-
-def baselines(held):
-    """The trivial answers' exact-match accuracy on the held-out sequences: the prompt copied, and the most
-    frequent training answer (never right: held-out sequences are disjoint from training ones)."""
-    copied = sum(answer(s) == s for s in held) / len(held)
-    return {"copy the prompt": copied, "the majority answer": 0.0}
-
-
 def _bin(length):
     return next(k for k, (low, high) in enumerate(BINS) if low <= length <= high)
 
 
 class Accuracy:
-    """runs.train's held_out: exact-match accuracy of the held-out sequences, decoded with the package's decoder,
-    overall and by answer length; beside it the held-out objective (Part 2's, under keyed draws that hold still)."""
+    """runs.train's held_out: exact-match accuracy of the held-out items, decoded with the package's decoder,
+    overall and by answer length, and apart from them the palindromes' (`apart`); beside it the held-out objective
+    (Part 2's, under keyed draws that hold still)."""
 
-    def __init__(self, held, draws):
+    def __init__(self, held, draws, apart=()):
         from .heldout import HeldOut
 
-        self.held, self.objective = held, HeldOut(draws)
+        self.held, self.apart, self.objective = held, list(apart), HeldOut(draws)
 
     def bind(self, trainer):
         self.tokenizer = trainer.processing_class
         self.mask_id, _ = trainer.diffusion_profile._token_ids(trainer.model, trainer.args)
-        self.objective.bind(trainer)  # (the trainer's eval set: the held-out sequences)
+        self.objective.bind(trainer)  # (the trainer's eval set: the held-out items)
         return self
 
     def measure(self, model):
@@ -122,8 +88,8 @@ class Accuracy:
 
         from ...samples import decode_rows
 
-        was_training, hits, groups = model.training, [[] for _ in BINS], {}
-        for sequence in self.held:  # (decoded together: the sequences of one length, whose prompts are as long)
+        was_training, hits, apart, groups = model.training, [[] for _ in BINS], [], {}
+        for sequence in self.held + self.apart:  # (decoded together: the sequences of one length)
             wanted = self.tokenizer(" " + _words(answer(sequence)))["input_ids"] + [self.tokenizer.eos_token_id]
             given = self.tokenizer(prompt(sequence))["input_ids"]
             groups.setdefault((len(given), len(wanted)), []).append((sequence, given, wanted))
@@ -133,13 +99,14 @@ class Accuracy:
                 for (_, length), group in sorted(groups.items()):
                     got = decode_rows(model, [given for _, given, _ in group], length, self.mask_id)
                     for (sequence, _, wanted), row in zip(group, got):
-                        hits[_bin(len(sequence))].append(row == wanted)
+                        (apart if palindrome(sequence) else hits[_bin(len(sequence))]).append(row == wanted)
         finally:
             model.train(was_training)
         every = [hit for part in hits for hit in part]
         return {
             "accuracy": sum(every) / len(every),
             "by_length": [sum(p) / len(p) if p else None for p in hits],
+            "palindromes": sum(apart) / len(apart) if apart else None,
             "objective": self.objective.measure(model)["objective"],
         }
 
@@ -170,7 +137,7 @@ def train_arm(settings, seed, name, workdir):
     try:
         where = os.path.join(workdir, f"{name}-{seed}")
         train_rows = Dataset.from_list(rows(sequences(1, settings.train_rows, held=False)))
-        held = sequences(2, settings.held_rows, held=True)
+        held, palindromes = held_out(2, settings.held_rows)
         ga = settings.ga * (2 if name == TWICE else 1)
         normalization = MICROBATCH if name == MICROBATCH else WINDOW
         arm = Arm(_label(name), settings.batch, ga, normalization, seed=seed, flags=FLAGS.get(name))
@@ -184,7 +151,7 @@ def train_arm(settings, seed, name, workdir):
             noise=None,
             evaluate=False,
             record_params=False,
-            held_out=Accuracy(held, settings.eval_draws),
+            held_out=Accuracy(held, settings.eval_draws, palindromes),
             every=settings.every,
         )
     finally:
@@ -263,7 +230,7 @@ def _paired(ours, theirs):
 
 def complete(runs):
     """{arm: [run per seed]} over the seeds every arm has run (chunks may leave a seed part-trained), in seed order."""
-    by = {name: {run["seed"]: run for run in rows} for name, rows in runs.items()}
+    by = {name: {run["seed"]: run for run in arm_runs} for name, arm_runs in runs.items()}
     seeds = sorted(set.intersection(*(set(found) for found in by.values()))) if by else []
     return {name: [by[name][seed] for seed in seeds] for name in runs}, seeds
 
@@ -275,40 +242,40 @@ def report(runs, settings, native=None):
     against the window arm, seed by seed (`native`: a Part 3 JSON run on 2026.10.7+); the baselines; every run."""
     found, seeds = complete(runs)
     arms = {}
-    for name, rows in found.items():
-        if not rows:
+    for name, arm_runs in found.items():
+        if not arm_runs:
             continue
         arms[name] = {
             "label": _label(name),
-            "accuracy": _stats([_final(r, "accuracy") for r in rows]),
-            "objective": _stats([_final(r, "objective") for r in rows]),
-            "per_seed": [_final(r, "accuracy") for r in rows],
-            "by_length": [_mean([_final(r, "by_length")[k] for r in rows]) for k in range(len(BINS))],
+            "accuracy": _stats([_final(r, "accuracy") for r in arm_runs]),
+            "objective": _stats([_final(r, "objective") for r in arm_runs]),
+            "per_seed": [_final(r, "accuracy") for r in arm_runs],
+            "by_length": [_mean([_final(r, "by_length")[k] for r in arm_runs]) for k in range(len(BINS))],
             "curve": [
-                (step, interval([r["measured"][i][1]["accuracy"] for r in rows])[0])
-                for i, (step, _) in enumerate(rows[0]["measured"])
+                (step, interval([r["measured"][i][1]["accuracy"] for r in arm_runs])[0])
+                for i, (step, _) in enumerate(arm_runs[0]["measured"])
             ],
             "objective_curve": [
-                (step, interval([r["measured"][i][1]["objective"] for r in rows])[0])
-                for i, (step, _) in enumerate(rows[0]["measured"])
+                (step, interval([r["measured"][i][1]["objective"] for r in arm_runs])[0])
+                for i, (step, _) in enumerate(arm_runs[0]["measured"])
             ],
-            "steps_to_learn": [steps_to_learn(r) for r in rows],
-            "seconds": round(sum(r["seconds"] for r in rows), 1),
+            "steps_to_learn": [steps_to_learn(r) for r in arm_runs],
+            "seconds": round(sum(r["seconds"] for r in arm_runs), 1),
         }
-    paired = {}
-    if arms and WINDOW in arms:
-        for name in arms:
-            if name != WINDOW:
-                paired[name] = _paired(found[WINDOW], found[name])
-        if COMPLEMENTARY in arms and TWICE in arms:
-            paired["equal_compute"] = _paired(found[TWICE], found[COMPLEMENTARY])
+    paired = {}  # (each difference named by its sign: "a_minus_b" is a − b, seed by seed)
+    pairs = [(WINDOW, name) for name in arms if name != WINDOW] if WINDOW in arms else []
+    if COMPLEMENTARY in arms and TWICE in arms:
+        pairs.append((TWICE, COMPLEMENTARY))  # equal forward compute
+    for ours, theirs in pairs:
+        paired[f"{ours}_minus_{theirs}"] = _paired(found[ours], found[theirs])
     return {
         "settings": dataclasses.asdict(settings),
         "seeds": seeds,
         "arms": arms,
         "paired": paired,
         "native": native_check(native, runs) if native is not None else None,
-        "baselines": baselines(sequences(2, settings.held_rows, held=True)),
+        "baselines": baselines(held_out(2, settings.held_rows)[0]),
+        "palindromes": len(held_out(2, settings.held_rows)[1]),
         "bins": [f"{low}-{high}" for low, high in BINS],
         "runs": runs,
     }
@@ -364,7 +331,7 @@ def grow(path, settings, workdir, minutes, say=print, arms=ARMS, device=None):
     chunks = found.get("chunks", []) if found else []
     chunk = {"device": device or "cpu", "date": time.strftime("%Y-%m-%d", time.gmtime()), "runs": 0, "seconds": 0}
     chunks.append(chunk)
-    started, longest = time.time(), max((r["seconds"] for rows in runs.values() for r in rows), default=0)
+    started, longest = time.time(), max((r["seconds"] for arm_runs in runs.values() for r in arm_runs), default=0)
     seed = 0
     while True:
         todo = [name for name in arms if seed not in {r["seed"] for r in runs[name]}]
@@ -384,6 +351,15 @@ def grow(path, settings, workdir, minutes, say=print, arms=ARMS, device=None):
     return found or {"part3": report(runs, settings), "chunks": chunks}
 
 
+def minus(name):
+    """The two arms of a paired difference's name, "a_minus_b": (a, b), the difference being a − b. (A file
+    written before the names said so: "equal_compute" is the window at twice the rows − the pairs, an arm's
+    name the window − it.)"""
+    if name == "equal_compute":
+        return TWICE, COMPLEMENTARY
+    return tuple(name.split("_minus_")) if "_minus_" in name else (WINDOW, name)
+
+
 def render(part):
     def pct(value):
         return "–" if value is None else f"{100 * value:.1f} %"
@@ -400,8 +376,8 @@ def render(part):
         "|---|---|---|---|" + "---|" * len(part["bins"]) + "---|",
     ]
     for arm in part["arms"].values():
-        a, o = arm["accuracy"], arm["objective"]  # (Student's t over bimodal seeds can pass 0 or 100 %: clipped)
-        interval_text = "–" if a["low"] is None else f"{pct(max(a['low'], 0.0))} – {pct(min(a['high'], 1.0))}"
+        a, o = arm["accuracy"], arm["objective"]  # (Student's t over bimodal seeds can pass 100 %: shown as it is)
+        interval_text = "–" if a["low"] is None else f"{pct(a['low'])} – {pct(a['high'])}"
         lines.append(
             f"| {arm['label']} | {pct(a['mean'])} | {interval_text} | {pct(a['sd'])} | "
             + " | ".join(pct(v) for v in arm["by_length"])
@@ -414,11 +390,9 @@ def render(part):
         )
     lines.append("")
     for name, d in part["paired"].items():
-        who = (
-            f"{NAMES[TWICE]} − {NAMES[COMPLEMENTARY]} (equal forward compute)"  # report's _paired(twice, pairs)
-            if name == "equal_compute"
-            else (f"window − {NAMES[name]}")
-        )
+        ours, theirs = minus(name)
+        who = " − ".join("window" if arm == WINDOW else NAMES[arm] for arm in (ours, theirs))
+        who += " (equal forward compute)" if ours == TWICE else ""
         lines.append(
             f"{who}: final accuracy {100 * d['accuracy']['mean']:+.1f} points (95 % interval {band(d['accuracy'])}); "
             f"held-out objective {d['objective']['mean']:+.4f} ({band(d['objective'], 1, '', 4)})"
