@@ -28,13 +28,14 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
-def rank_pid(path, seconds=20):
+def rank_pid(path, seconds=300):
+    """The rank's pid, once it has written it (a generous ceiling: a busy machine starts Python slowly)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            return int(open(path).read())
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise AssertionError("the rank never started")
         time.sleep(0.05)
-    raise AssertionError("the rank never started")
+    return int(open(path).read())
 
 
 def running(pid):
@@ -45,12 +46,15 @@ def running(pid):
 
 
 def test_a_hung_launch_times_out_and_leaves_no_rank_running(tmp_path):
+    """The launch must be hung with its rank up when the timeout falls: on a machine too busy to start both within
+    the timeout, the same launch runs again with a longer one (the event decides, not the clock)."""
     pid_file = str(tmp_path / "rank.pid")
-    started = time.monotonic()
-    with pytest.raises(TimeoutError, match="ran past 3 s; every process it started is stopped"):
-        processes.run([sys.executable, "-c", LAUNCHER, pid_file], timeout=3)
-    assert time.monotonic() - started < 30
-    assert not running(rank_pid(pid_file))
+    for timeout in (3, 15, 60, 240):
+        with pytest.raises(TimeoutError, match=f"ran past {timeout} s; every process it started is stopped"):
+            processes.run([sys.executable, "-c", LAUNCHER, pid_file], timeout=timeout)
+        if os.path.exists(pid_file):
+            break
+    assert not running(rank_pid(pid_file, seconds=0))
 
 
 def test_an_interrupted_launch_stops_its_ranks_in_their_own_sessions(tmp_path):
@@ -66,7 +70,7 @@ def test_an_interrupted_launch_stops_its_ranks_in_their_own_sessions(tmp_path):
 
 def test_a_rank_its_launcher_left_behind_is_found_by_its_marker_and_stopped(tmp_path):
     pid_file = str(tmp_path / "rank.pid")
-    done = processes.run([sys.executable, "-c", LAUNCHER, pid_file, "--leave"], timeout=60)
+    done = processes.run([sys.executable, "-c", LAUNCHER, pid_file, "--leave"], timeout=300)
     assert done.returncode == 0
     assert not running(rank_pid(pid_file))
 
@@ -84,7 +88,7 @@ def test_a_second_ctrl_c_waits_until_the_cleanup_is_done():
 
 
 def test_a_command_that_succeeds_is_an_ordinary_completed_process():
-    done = processes.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], timeout=60)
+    done = processes.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], timeout=300)
     assert (done.returncode, done.stdout, done.stderr) == (0, "out\n", "err\n")
     assert isinstance(done, subprocess.CompletedProcess)
 
@@ -111,7 +115,7 @@ def test_scratch_folders_are_removed_when_the_process_that_made_them_exits(tmp_p
         env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(tmp_path))

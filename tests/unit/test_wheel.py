@@ -3,7 +3,9 @@ whole (every module of the three rooms, the tiny model's remote code that doctor
 licence and the metadata, the console script, and nothing of the checkout's own (tests, scripts, caches)."""
 
 import importlib.util
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,6 +13,7 @@ import zipfile
 import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]
+CACHES = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
 @pytest.mark.once  # the package's own files, the same on every release
@@ -19,11 +22,19 @@ def test_the_wheel_holds_the_package_the_licence_and_the_metadata_and_nothing_el
     found = importlib.util.find_spec("build")
     if found is None or found.origin is None:
         pytest.skip("make dist's builder (requirements-tools.txt) is not installed")
+    # Built from a copy of what the build reads: setuptools writes build/ and the egg-info beside the sources, and
+    # a `make dist` or another build running beside this test in the checkout would share them.
+    source = tmp_path / "source"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "unsloth_diffusion_norm", source / "unsloth_diffusion_norm", ignore=CACHES)
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(tmp_path), str(source)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env={**os.environ, "PIP_NO_CACHE_DIR": "1"},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (wheel,) = tmp_path.glob("*.whl")
