@@ -45,7 +45,13 @@ def said(error):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=10.0, help="how long to fuzz (default: 10)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=10.0,
+        help="how long to fuzz, a limit: no example starts after it; a running one (or a launch of two ranks) "
+        "finishes, and the run says how far past the limit that took (default: 10)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="the first round's seed (default: random)")
     parser.add_argument(
         "--record",
@@ -86,6 +92,8 @@ def main(argv=None):
     def counted(kind, check):
         @functools.wraps(check)  # (its signature: given() draws by the parameters' names)
         def run(*args, **kwargs):
+            if time.time() >= deadline:  # the limit: the rest of this check's examples are drawn, not run
+                return
             counts[f"{kind} tried"] += 1
             failure = None
             try:
@@ -147,9 +155,11 @@ def main(argv=None):
         ("command lines", counted("bad inputs", command_line), {"argv": fuzz.option_values(options)}),
     ]
     started, round_seed = time.time(), args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
-    rounds = 0
-    while time.time() - started < 60 * args.minutes:
+    deadline, rounds = started + 60 * args.minutes, 0
+    while time.time() < deadline:
         for name, check, strategies in checks:
+            if time.time() >= deadline:
+                break
             runner = settings(
                 max_examples=ROUND * (1 if "configurations" in name else 10),  # (parsing is cheap)
                 database=None,
@@ -166,10 +176,12 @@ def main(argv=None):
                 failures.append((name, round_seed, error))
                 print(f"\n== {name}, seed {round_seed}: {type(error).__name__}", file=sys.stderr)
                 traceback.print_exception(error, file=sys.stderr, limit=-2)
-        rank_cases(round_seed)
+        if time.time() < deadline:  # (one launch of two ranks: the one step that runs past the limit whole)
+            rank_cases(round_seed)
         round_seed, rounds = round_seed + 1, rounds + 1
-    minutes = (time.time() - started) / 60
+    minutes, past = (time.time() - started) / 60, max(0.0, time.time() - deadline)
     print(f"fuzz: {rounds} rounds in {minutes:.1f} minutes (seeds from {round_seed - rounds})")
+    print(f"  the limit was {args.minutes:g} minutes; the last round went {past:.0f} s past it")
     for kind in ("configurations", "family configurations", "rank cases"):
         for key in (f"{kind} tried", f"{kind} failed", f"{kind} tracebacks"):
             print(f"  {key}: {counts[key]}")
@@ -184,6 +196,7 @@ def main(argv=None):
         figures = fuzz.record_figures(
             counts, rounds, round(minutes, 2), round_seed - rounds, len(failures), mode, state.unsloth_version
         )
+        figures.update(limit_minutes=args.minutes, past_limit_seconds=round(past, 1))
         records.write(
             args.record, command.strip(), figures, covers=fuzz.COVERS, tables={"counts": fuzz.record_table(figures)}
         )

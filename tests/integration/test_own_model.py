@@ -342,6 +342,17 @@ def test_a_random_configuration_of_the_family_trains_as_its_oracle_says(name, fa
     assert not missed, f"{configuration.describe()}: {missed}"
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_family_corner_at_its_own_objective_trains_as_its_oracle_says(name, family_runs, plugin):
+    """The CI share's corner for each family beside the drawn ones: its own normalization and eps, the 1/p
+    weighting, clipping, a partial last window (five rows at batch 2 x GA 2)."""
+    copy, _ = family_runs[name]
+    rows = tuple(((10 + i, 11 + i), tuple(20 + (7 * i + k) % 60 for k in range(14 - 2 * i)), True) for i in range(5))
+    corner = fuzz.Configuration(rows, batch_size=2, eps=None, max_grad_norm=1.0, family=copy.profile, seed=3)
+    missed = fuzz.check(corner, copy)
+    assert not missed, f"{corner.describe()}: {missed}"
+
+
 def test_per_sample_noise_at_llada_s_own_normalization_or_its_refusal(family_runs, plugin):
     """LLaDA's answer-length normalization takes per-sample noise on 2026.10.7+ only: 2026.10.4-.6 refuse it at
     construction, naming the way out (Dream's per-micro-batch masked-token one takes it everywhere)."""

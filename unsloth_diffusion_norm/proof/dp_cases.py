@@ -31,6 +31,15 @@ class Case:
     lora: str = None  # fixtures.load_model's LoRA variant
     model_config: dict = None  # fields the tiny checkpoint's config gets (e.g. NVIDIA's dp_varying_mask_ratio)
     seed: int = 3  # realized counts differ between micro-batches and between ranks
+    # The objective and the step, as the one-process configurations draw them: the noise floor (None: the
+    # profile's), the 1/p weighting, clipping (0.0: none).
+    eps: float = None
+    inverse_t: bool = True
+    max_grad_norm: float = 0.0
+
+    def plain(self):
+        """Whether the case runs at the objective's and the step's defaults."""
+        return self.eps is None and self.inverse_t and not self.max_grad_norm
 
     def collectives(self, native):
         """Collectives the library issues per window besides an engine's own traffic. One gather carries the count

@@ -217,8 +217,8 @@ def configurations(family=None, llada_per_sample=True):
 def rank_cases():
     """The Hypothesis strategy of two-rank cases (dp_cases.Case, launched by ranks.launch with the suite's own):
     each rank's examples (as `configurations` draws them; or none supervised: an empty rank), GA 1-3 and a partial
-    last window, the seed, global or per-sample noise, stratified levels, mask pairs, full fine-tuning or LoRA, and
-    the count averaged across ranks or rank-local."""
+    last window, the seed, global or per-sample noise, stratified levels, mask pairs, `eps`, the 1/p weighting or
+    none, clipping, full fine-tuning or LoRA, and the count averaged across ranks or rank-local."""
     from hypothesis import strategies as st
 
     from .dp_cases import Case
@@ -242,6 +242,9 @@ def rank_cases():
             complementary=draw(st.booleans()),
             lora=draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
             seed=draw(st.integers(0, 2**16)),
+            eps=draw(st.sampled_from(EPS)),
+            inverse_t=draw(st.booleans()),
+            max_grad_norm=draw(st.sampled_from((0.0, 0.5, 1.0))),
         )
 
     return draw()
@@ -469,10 +472,8 @@ COVERS = {
 
 
 def record_figures(counts, rounds, minutes, first_seed, failures, mode, unsloth):
-    """A fuzzing run's figures as its record holds them: per kind (configurations, family configurations, rank
-    cases, bad inputs) how many were tried, diverged (failed) and escaped as tracebacks; the totals; the rounds, the
-    minutes, the seeds (first and last); the failures kept; the mode and release it ran on. `counts`: the run's
-    Counter of 'KIND tried' / 'KIND failed' / 'KIND tracebacks'."""
+    """A fuzzing run's record figures: per kind (KINDS) tried, diverged and tracebacks (from the Counter `counts`:
+    'KIND tried' / 'KIND failed' / 'KIND tracebacks'); the totals, rounds, minutes, seeds, failures, mode, release."""
     kinds = {
         kind.replace(" ", "_"): {what: counts.get(f"{kind} {what}", 0) for what in ("tried", "failed", "tracebacks")}
         for kind in KINDS
@@ -492,7 +493,6 @@ def record_figures(counts, rounds, minutes, first_seed, failures, mode, unsloth)
 
 
 def record_table(figures):
-    """The counts as a markdown table: kind, tried, diverged, tracebacks."""
     lines = ["| kind | tried | diverged | tracebacks |", "|---|---|---|---|"]
     for kind in KINDS:
         found = figures[kind.replace(" ", "_")]

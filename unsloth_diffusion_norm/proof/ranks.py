@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..registry import NATIVE
 from . import engines, fixtures, processes
@@ -88,7 +88,7 @@ def run_case(name, case, engine=None):
         case=name,
         rank=rank,
         ranks=world,
-        **_judged(run, seen, rank, rank_local=not case.average_tokens_across_devices, complementary=case.complementary),
+        **_judged(run, seen, rank, rank_local=not case.average_tokens_across_devices, case=case),
         collectives=counter.per_window,
         model_wrapped=type(trainer.model_wrapped).__name__,
         resume_difference=trained.resume_difference,
@@ -140,6 +140,12 @@ def _settings(case, counter, engine):
         settings["diffusion_t_sampler"] = case.t_sampler
     if case.complementary:
         settings["diffusion_complementary_masks"] = True
+    if case.eps is not None:
+        settings["diffusion_eps"] = case.eps
+    if not case.inverse_t:
+        settings["diffusion_time_weighting"] = "none"
+    if case.max_grad_norm:
+        settings["max_grad_norm"] = case.max_grad_norm
     if case.eval_noise is not None:
         settings.update(diffusion_eval_noise=case.eval_noise, eval_strategy="steps", eval_steps=1)
     if case.model_config:  # the tiny checkpoint with these config fields (each rank writes its own copy)
@@ -192,6 +198,7 @@ def _upstream_difference(case, settings, uninterrupted):
     if not (
         unsloth_diffusion_norm.status().mode == NATIVE
         and case.patched
+        and case.plain()
         and not (case.diffusion_noise or case.model_config or case.eval_noise or case.complementary)
     ):
         return None
@@ -202,12 +209,17 @@ def _upstream_difference(case, settings, uninterrupted):
     return experiment.divergence(uninterrupted, own)
 
 
-def _judged(run, seen, rank, rank_local, complementary=False):
+def _judged(run, seen, rank, rank_local, case):
     """The RankResult fields of every window judged against the oracle over `seen`, every rank's
     (batches, rng_state) of each window: masked counts, noise levels, losses and the worst errors."""
     from . import judging
 
-    settings = judging.OracleSettings(complementary=complementary)  # mask pairs: the oracle builds them too
+    # The case's objective and step (mask pairs: the oracle builds them too; clipping: it clips as torch does).
+    settings = judging.OracleSettings(
+        complementary=case.complementary, inverse_t=case.inverse_t, max_grad_norm=case.max_grad_norm
+    )
+    if case.eps is not None:
+        settings = replace(settings, eps=case.eps)
     verdicts = [
         judging.judge(run, window, settings, ranks=[r[i] for r in seen], rank_local=rank_local)
         for i, window in enumerate(run.windows)
