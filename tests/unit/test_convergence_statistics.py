@@ -154,9 +154,9 @@ def test_part3_flags_refused_in_one_line(argv, says, capsys):
 
 
 def test_the_page_shows_the_pilot_as_its_results_file_renders_now_and_unsloths_own_fix_equal():
-    """docs/convergence.md's pilot table is the record's, and the record's table is docs/convergence-task.json
-    rendered by the report as it is now (a change of the report shows here): 8 seeds every arm ran, with Unsloth's
-    own fix bitwise the window arm."""
+    """docs/convergence.md names the pilot's results file, and its record's table is that file rendered by the
+    report as it is now (a change of the report shows here): 8 seeds every arm ran, with Unsloth's own fix bitwise
+    the window arm."""
     import json
     import pathlib
 
@@ -166,7 +166,7 @@ def test_the_page_shows_the_pilot_as_its_results_file_renders_now_and_unsloths_o
     docs = pathlib.Path(__file__).parents[2] / "docs"
     result = json.loads((docs / "convergence-task.json").read_text())
     assert records.load("convergence-task")["tables"]["arms"] == figures.tables(result)["part3"]["arms"]
-    assert "<!-- record: convergence-task.arms -->" in (docs / "convergence.md").read_text()
+    assert "`docs/convergence-task.json`" in (docs / "convergence.md").read_text()  # (the pilot's, linked)
     part = result["part3"]
     assert part["seeds"] == list(range(8)) and set(part["arms"]) == {WINDOW, MICROBATCH, *seeds.LOWER_VARIANCE} - {
         seeds.BOTH
