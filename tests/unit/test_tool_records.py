@@ -47,6 +47,22 @@ def test_a_matrix_run_writes_its_record_with_the_table_it_writes(store):
     assert matrix.main([*args, "--no-record"]) == 0 and not (store / "matrix.json").exists()
 
 
+def test_the_leg_past_unsloths_caps_overrides_its_pins_and_a_failing_unsloth_is_a_one_line_skip():
+    """The newest stack's leg installs transformers and TRL over Unsloth's caps (uv's --override, with what that
+    transformers asks for); where Unsloth itself fails there, the table and the record say so in one line, and
+    the leg is not a failure."""
+    matrix = script("matrix")
+    (leg,) = [leg for leg in matrix.LEGS if leg.past_caps]
+    assert (leg.unsloth, leg.transformers, leg.trl) == tuple(matrix.NEWEST.values())
+    assert leg.name == f"unsloth-{leg.unsloth}-transformers-{leg.transformers}-trl-{leg.trl}"
+    why = "Unsloth itself fails here (import unsloth): ImportError: cannot import name 'X' from 'transformers'"
+    result = {"name": leg.name, "unsloth": leg.unsloth, "transformers": leg.transformers, "trl": leg.trl}
+    result.update(note=leg.note, mode="?", passed=0, failed=0, skipped=0, exit=0, unsloth_fails=why)
+    (row,) = [line for line in matrix.table([result]).splitlines() if line.startswith(f"| {leg.unsloth} ")]
+    assert f"| skipped: {why} |" in row and "\n" not in why
+    assert matrix.figures([result])["list"][0]["result"] == "skipped"
+
+
 def test_the_mutation_reports_record_holds_its_score_counts_and_module_table(store):
     mutation = script("mutation")
     results = {  # two modules' mutants: one killed, one equivalent, one surviving
