@@ -12,18 +12,6 @@ from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.tools import cli
 
 
-def test_reproduce_prints_the_table_and_succeeds(capsys, plugin):
-    assert cli.main(["reproduce", "--seed", "0"]) == 0
-    out = capsys.readouterr().out
-    assert "| loss" in out and "unpatched" in out and "plugin" in out and "reference" in out
-    within = next(line for line in out.splitlines() if line.startswith("| within tolerance"))
-    unpatched, ours, native = (cell.strip() for cell in within.split("|")[2:5])
-    if unsloth_diffusion_norm.status().mode == registry.NATIVE:
-        assert (unpatched, ours, native) == ("—", "—", "yes")
-    else:
-        assert (unpatched, ours, native) == ("NO", "yes", "—")
-
-
 def readme_block():
     """The README's reproduction block: (its stamp's Unsloth version, its lines under the stamp)."""
     readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
@@ -36,14 +24,23 @@ def cells(lines, row):
     return [cell.strip() for cell in next(line for line in lines if line.startswith(row)).split("|")[2:6]]
 
 
-def test_the_readme_block_is_what_reproduce_prints(capsys, plugin):
-    """Everything but the last digits of round-off: the counts, the tolerance, every verdict exactly; the losses
-    to 1e-5 (they are printed to 1e-6, and round-off moves the last digit between machines)."""
+def test_reproduce_prints_the_table_the_readme_shows_and_succeeds(capsys, plugin):
+    """One run: its table and verdicts by mode; and, where the README's block is from this release, everything
+    of it but the last digits of round-off: the counts, the tolerance, every verdict exactly; the losses to 1e-5
+    (they are printed to 1e-6, and round-off moves the last digit between machines)."""
+    assert cli.main(["reproduce", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "| loss" in out and "unpatched" in out and "plugin" in out and "reference" in out
+    within = next(line for line in out.splitlines() if line.startswith("| within tolerance"))
+    unpatched, ours, native = (cell.strip() for cell in within.split("|")[2:5])
+    if unsloth_diffusion_norm.status().mode == registry.NATIVE:
+        assert (unpatched, ours, native) == ("—", "—", "yes")
+    else:
+        assert (unpatched, ours, native) == ("NO", "yes", "—")
     version, documented = readme_block()
     if version != importlib.metadata.version("unsloth"):
         pytest.skip(f"the README's block is from Unsloth {version}")
-    assert cli.main(["reproduce", "--seed", "0"]) == 0
-    printed = capsys.readouterr().out.splitlines()
+    printed = out.splitlines()
     printed = printed[next(i for i, line in enumerate(printed) if line.startswith("Unsloth ")) :]
     assert printed[0] == documented[0]
     assert cells(printed, "| within tolerance") == cells(documented, "| within tolerance")
