@@ -78,14 +78,19 @@ def test_quick_lower_variance_arms_train_with_their_fields_from_the_window_arms_
 @pytest.mark.once
 def test_quick_part3_the_task_is_learned_and_the_arms_train_apart(plugin, tmp_path):
     """Part 3 in its quick form (one seed, batch 4 x GA 2): the window arm learns the reversal task far above the
-    trivial answers, by answer length too; the two arms start from one model and train apart (with the window
-    arm trained under per-micro-batch normalization they would be one run, and the last assertion fails)."""
+    trivial answers, by answer length too; the per-micro-batch arm, trained over the first steps only (the steps
+    a run of any length shares), starts from the same model and trains apart from the window's first steps (with
+    the window arm trained under per-micro-batch normalization they would be one run, and the last assertion
+    fails)."""
+    import dataclasses
+
     from unsloth_diffusion_norm.tools.convergence import task
 
     settings = task.QUICK3
-    found = task.part3(settings, str(tmp_path), say=lambda _: None, arms=(convergence.WINDOW, convergence.MICROBATCH))
-    part = task.report(found, settings)
-    window, per_micro_batch = found[convergence.WINDOW][0], found[convergence.MICROBATCH][0]
+    window = task.train_arm(settings, 0, convergence.WINDOW, str(tmp_path))
+    first = dataclasses.replace(settings, steps=task.EARLY, every=task.EARLY)
+    per_micro_batch = task.train_arm(first, 0, convergence.MICROBATCH, str(tmp_path))
+    part = task.report({convergence.WINDOW: [window]}, settings)
     assert [s for s, _ in window["measured"]] == [0, 350, 700] and window["measured"][0] == per_micro_batch["measured"][
         0
     ]
@@ -96,7 +101,8 @@ def test_quick_part3_the_task_is_learned_and_the_arms_train_apart(plugin, tmp_pa
     assert window["measured"][-1][1]["objective"] < window["measured"][0][1]["objective"] / 2
     assert part["arms"][convergence.WINDOW]["by_length"][0] >= 0.8
     assert part["arms"][convergence.WINDOW]["steps_to_learn"] == [task.steps_to_learn(window)]
-    assert window["digest"] != per_micro_batch["digest"]
+    assert per_micro_batch["digest"] == per_micro_batch["early"]  # (its whole run is the first steps)
+    assert window["early"] != per_micro_batch["early"]
     assert "| window (plugin) |" in task.render(part) and "copy the prompt" in task.render(part)
 
 

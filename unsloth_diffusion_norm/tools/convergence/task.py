@@ -32,6 +32,9 @@ ARMS = (WINDOW, MICROBATCH, STRATIFIED, COMPLEMENTARY, TWICE)
 # "Learned": the first measured step at this exact-match accuracy or above. Half: past the jump from near 0 % (a run
 # that jumps reaches 80-100 % within 100 steps), below the 87-89 % plateau many runs stay on (the longest answers).
 LEARNED = 0.5
+# The first steps, whose losses a run of any length shares (constant schedule after warm-up, one data order):
+# their fingerprint tells two arms apart without training the second to the end (the quick test).
+EARLY = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +160,14 @@ def train_arm(settings, seed, name, workdir):
     finally:
         torch.set_num_threads(threads)
     last = arm.log[-1]["loss"]
-    return {"seed": seed, "seconds": arm.seconds, "measured": arm.measured, "digest": digest(arm.log), "loss": last}
+    return {
+        "seed": seed,
+        "seconds": arm.seconds,
+        "measured": arm.measured,
+        "digest": digest(arm.log),
+        "early": digest(arm.log[:EARLY]),
+        "loss": last,
+    }
 
 
 def _start_worker():
