@@ -18,6 +18,7 @@ records/NAME.json, NAME the file's name without .json or --record NAME; one reco
 """
 
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -314,9 +315,14 @@ def _grow(args, third, state, workdir, say, command):
         workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
         from .. import records
 
+        before = 0
+        if os.path.exists(args.add_to):
+            with open(args.add_to) as f:
+                before = len(json.load(f)["chunks"])
         found = registered.grow(args.add_to, settings, workdir, args.minutes, say, workers, device, records.head())
         print(registered.render(found))
-        figures.write_registered(found, args.add_to, args.record, command)
+        if len(found["chunks"]) > before:  # (a chunk that added nothing leaves the record where its runs put it)
+            figures.write_registered(found, args.add_to, args.record, command)
         return 0
     result = task.grow(args.add_to, third, workdir, args.minutes, say, args.arms or task.ARMS, device)
     print(task.render(result["part3"]) if result["part3"]["arms"] else "no seed complete yet")
