@@ -4,26 +4,23 @@ end (longest processing time first). The order within a file stays as it is."""
 
 import pytest
 
-# Seconds per file (tests/integration/), summed over its tests, measured 2026-12-06 with pytest's junit report on
-# 2 cores that other work shared (an unshared run takes about half; the order is what counts); every other file
-# after.
+# Seconds per file (tests/integration/), summed over its tests from pytest's junit report of `make test` on an
+# idle 2-core machine, 2026-12-06 (995 s in all, 517 s of wall); every other file after.
 SLOWEST_FIRST = [
-    "test_cli.py",  # 315
-    "test_field.py",  # 262
-    "test_own_model.py",  # 227
-    "test_convergence.py",  # 172
-    "test_oracle_cases.py",  # 156
-    "multiprocess/test_sharded.py",  # 110
-    "multiprocess/test_data_parallel.py",  # 93
-    "test_release.py",  # 84
-    "test_fuzz.py",  # 76
-    "test_doctor.py",  # 53
-    "test_evaluation.py",  # 46
-    "test_bench.py",  # 42
-    "test_noise.py",  # 39
-    "multiprocess/test_multi_node.py",  # 39
-    "test_rooms.py",  # 31
-    "test_lower_variance.py",  # 26
+    "multiprocess/test_sharded.py",  # 129
+    "test_cli.py",  # 123
+    "test_oracle_cases.py",  # 104
+    "multiprocess/test_data_parallel.py",  # 103
+    "test_own_model.py",  # 91
+    "test_field.py",  # 86
+    "test_convergence.py",  # 59
+    "test_release.py",  # 53
+    "test_fuzz.py",  # 52
+    "multiprocess/test_multi_node.py",  # 34
+    "test_noise.py",  # 34
+    "test_bench.py",  # 32
+    "test_doctor.py",  # 24
+    "test_evaluation.py",  # 21
 ]
 
 
