@@ -32,11 +32,6 @@ def unit(name, layout):
 UNITS = [(unit(name, layout), name, layout) for layout in LAYOUTS.values() for name in ARMS]
 
 
-def train_unit(settings, seed, name, layout, workdir):
-    batch, ga = layout
-    return task.train_arm(dataclasses.replace(settings, batch=batch, ga=ga), seed, name, workdir)
-
-
 # ---- growing the results file ----------------------------------------------------------------------------------
 
 
@@ -76,7 +71,7 @@ def _impact(settings, workdir):
 def grow(path, settings, workdir, minutes, say=print, workers=1, device="CPU", commit=None):
     """A chunk: the next whole seeds the results file at `path` lacks, one at least, up to the registered count,
     until the next would pass `minutes` (judged by the longest seed so far); `workers` processes of one thread
-    each train a seed's units side by side. Returns the file's JSON."""
+    each train a seed's units side by side (`task.trainers`). Returns the file's JSON."""
     from ..console import Failure, write_json
 
     ours = json.loads(json.dumps(dataclasses.asdict(settings)))
@@ -94,13 +89,14 @@ def grow(path, settings, workdir, minutes, say=print, workers=1, device="CPU", c
     found["chunks"].append(chunk)
     started = time.time()
     longest = max((c.get("longest", 0) for c in found["chunks"]), default=0)
-    with _pool(workers) as submit:
+    with task.trainers(workers) as train:
         while len(_complete(found["runs"])) < SEEDS:
             if chunk["seeds"] and time.time() - started + longest > 60 * minutes:
                 break
             seed = next(s for s in range(SEEDS) if s not in _complete(found["runs"]))
             began, todo = time.time(), [(k, n, lay) for k, n, lay in UNITS if seed not in _seeds(found, k)]
-            for (key, _, _), run in zip(todo, submit([(settings, seed, n, lay, workdir) for _, n, lay in todo])):
+            jobs = [(dataclasses.replace(settings, batch=b, ga=g), seed, n, workdir) for _, n, (b, g) in todo]
+            for (key, _, _), run in zip(todo, train(jobs)):
                 found["runs"][key].append(run)
             longest = max(longest, time.time() - began)
             chunk.update(seeds=chunk["seeds"] + [seed], seconds=round(time.time() - started, 1))
@@ -121,32 +117,6 @@ def _steps_text(run):
     return "never" if steps is None else str(steps)
 
 
-class _pool:
-    """submit(jobs) -> runs in the jobs' order: here (one worker) or in spawned processes that import the plugin,
-    then Unsloth, as users do."""
-
-    def __init__(self, workers):
-        self.workers, self.executor = workers, None
-
-    def __enter__(self):
-        if self.workers > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            context = multiprocessing.get_context("spawn")
-            self.executor = ProcessPoolExecutor(self.workers, mp_context=context, initializer=task._start_worker)
-            return lambda jobs: list(self.executor.map(_train_job, jobs))
-        return lambda jobs: [_train_job(job) for job in jobs]
-
-    def __exit__(self, *exc):
-        if self.executor is not None:
-            self.executor.shutdown(cancel_futures=True)
-
-
-def _train_job(job):
-    return train_unit(*job)
-
-
 # ---- the registered analysis -------------------------------------------------------------------------------------
 
 
@@ -161,9 +131,17 @@ def sign_test(ours, theirs):
     """The exact two-sided sign test over paired seeds, ties set aside: (ours earlier, ours later, ties, p)."""
     earlier = sum(a < b for a, b in zip(ours, theirs))
     later = sum(a > b for a, b in zip(ours, theirs))
-    n, fewer = earlier + later, min(earlier, later)
-    p = min(1.0, 2 * sum(math.comb(n, k) for k in range(fewer + 1)) / 2**n) if n else 1.0
-    return earlier, later, len(ours) - n, p
+    return earlier, later, len(ours) - earlier - later, _two_sided(earlier, later)
+
+
+def _tail(n, k):
+    """P(Binomial(n, 1/2) <= k)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def _two_sided(a, b):
+    """The exact two-sided binomial p of a split a : b at 1/2 (1 when there is nothing to split)."""
+    return min(1.0, 2 * _tail(a + b, min(a, b))) if a + b else 1.0
 
 
 def median_interval(differences, level=LEVEL):
@@ -172,7 +150,7 @@ def median_interval(differences, level=LEVEL):
     d, n = sorted(differences), len(differences)
     median = (d[(n - 1) // 2] + d[n // 2]) / 2
     k = 0  # the largest k with P(Binomial(n, 1/2) < k) <= level / 2
-    while sum(math.comb(n, i) for i in range(k + 1)) / 2**n <= level / 2:
+    while _tail(n, k) <= level / 2:
         k += 1
     return median, (d[k - 1], d[n - k]) if k else (None, None)
 
@@ -191,11 +169,7 @@ def mcnemar(ours, theirs):
     """The exact McNemar test of the share of seeds that learned: (ours only, theirs only, p)."""
     only_ours = sum(a and not b for a, b in zip(ours, theirs))
     only_theirs = sum(b and not a for a, b in zip(ours, theirs))
-    return (
-        only_ours,
-        only_theirs,
-        sign_test([0] * only_ours + [1] * only_theirs, [1] * only_ours + [0] * only_theirs)[3],
-    )
+    return only_ours, only_theirs, _two_sided(only_ours, only_theirs)
 
 
 def area(run):
@@ -214,8 +188,8 @@ def _difference(values):
 
 def power(n=SEEDS, share=0.8, level=LEVEL):
     """The sign test's power over n decided pairs where the window learns first with probability `share`."""
-    k = 0  # the rejection region: at most k, or at least n - k, of n
-    while 2 * sum(math.comb(n, i) for i in range(k + 2)) / 2**n <= level:
+    k = -1  # the rejection region: at most k, or at least n - k, of n (none: -1)
+    while 2 * _tail(n, k + 1) <= level:
         k += 1
     hit = lambda i: math.comb(n, i) * share**i * (1 - share) ** (n - i)  # noqa: E731
     return sum(hit(i) for i in range(n + 1) if i <= k or i >= n - k)

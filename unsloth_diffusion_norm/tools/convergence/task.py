@@ -14,6 +14,7 @@ Decoding is the package's one decoder (`samples.decode`: greedy low-confidence r
 the answer's true length. Every arm is the real DiffusionTrainer (`runs.train`) at global noise; a seed fixes the
 initialization, the data order and every noise draw, shared by both arms of a seed."""
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -177,31 +178,35 @@ def _start_worker():
     fixtures.import_unsloth()
 
 
+@contextlib.contextmanager
+def trainers(workers):
+    """train(jobs): each job's run (`train_arm(*job)`), in the jobs' order as they finish; here with one worker,
+    else in `workers` spawned processes that import the plugin, then Unsloth, as users do."""
+    if workers <= 1:
+        yield lambda jobs: (train_arm(*job) for job in jobs)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker)
+    try:
+        yield lambda jobs: pool.map(train_arm, *zip(*jobs)) if jobs else iter(())
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
 def part3(settings, workdir, say=print, arms=ARMS, workers=1):
     """{arm: [run per seed]}: every arm of every seed trained (`train_arm`) and measured; `workers` processes side
     by side (1: here, in this process)."""
     jobs = [(seed, name) for seed in settings.seeds for name in arms]
-    workers, found = min(workers, len(jobs)), {}
-
-    def done(job, run):
-        found[job] = run
-        a = run["measured"][-1][1]
-        say(
-            f"seed {job[0]} {job[1]}: accuracy {a['accuracy']:.3f}, objective {a['objective']:.4f} ({run['seconds']} s)"
-        )
-
-    if workers == 1:
-        for seed, name in jobs:
-            done((seed, name), train_arm(settings, seed, name, workdir))
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        context = multiprocessing.get_context("spawn")  # (a fresh interpreter: Unsloth imported as users do)
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker) as pool:
-            futures = {pool.submit(train_arm, settings, seed, name, workdir): (seed, name) for seed, name in jobs}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
+    found = {}
+    with trainers(min(workers, len(jobs))) as train:
+        for (seed, name), run in zip(jobs, train([(settings, seed, name, workdir) for seed, name in jobs])):
+            found[(seed, name)] = run
+            a = run["measured"][-1][1]
+            say(
+                f"seed {seed} {name}: accuracy {a['accuracy']:.3f}, objective {a['objective']:.4f} ({run['seconds']} s)"
+            )
     return {name: [found[(seed, name)] for seed in settings.seeds] for name in arms}
 
 
@@ -251,6 +256,7 @@ def report(runs, settings, native=None):
     window (and of the window at twice the rows against the pairs: equal forward compute); Unsloth's own fix
     against the window arm, seed by seed (`native`: a Part 3 JSON run on 2026.10.7+); the baselines; every run."""
     found, seeds = complete(runs)
+    held, palindromes = held_out(2, settings.held_rows)
     arms = {}
     for name, arm_runs in found.items():
         if not arm_runs:
@@ -284,8 +290,8 @@ def report(runs, settings, native=None):
         "arms": arms,
         "paired": paired,
         "native": native_check(native, runs) if native is not None else None,
-        "baselines": baselines(held_out(2, settings.held_rows)[0]),
-        "palindromes": len(held_out(2, settings.held_rows)[1]),
+        "baselines": baselines(held),
+        "palindromes": len(palindromes),
         "bins": [f"{low}-{high}" for low, high in BINS],
         "runs": runs,
     }
