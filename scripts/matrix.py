@@ -438,6 +438,9 @@ def main(argv=None):
         "--remove-after", action="store_true", help="delete each leg's environment once tested (CI: ~3 GB a leg)"
     )
     ARGS = parser.parse_args(argv)
+    unknown = sorted((set(ARGS.legs or []) | set(ARGS.skip)) - {leg.name for leg in LEGS})
+    if unknown:  # (a misspelt leg would run nothing and rewrite the record from the saved results)
+        parser.error(f"no leg named {', '.join(unknown)} (python scripts/matrix.py --list)")
     if ARGS.list:
         print("\n".join(leg.name for leg in LEGS))
         return 0

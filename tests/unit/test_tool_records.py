@@ -109,3 +109,12 @@ def test_a_fuzzing_runs_record_counts_every_kind_and_the_totals():
     assert figures["seeds"] == {"first": 41, "last": 41} and figures["minutes"] == 3.02
     table = fuzz.record_table(figures)
     assert "| bad inputs | 600 | 0 | 0 |" in table and "| configurations | 30 | 1 | 0 |" in table
+
+
+def test_a_leg_name_the_matrix_does_not_have_is_refused_before_anything_runs_or_is_written(store, capsys):
+    matrix = script("matrix")
+    for flag in ("--legs", "--skip"):
+        with pytest.raises(SystemExit) as refused:
+            matrix.main([flag, "unsloth-2026.10.99", "--table-only"])
+        assert refused.value.code == 2 and "no leg named unsloth-2026.10.99" in capsys.readouterr().err
+    assert not (store / "matrix.json").exists()
