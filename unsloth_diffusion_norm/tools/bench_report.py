@@ -443,7 +443,7 @@ def write_gpu_check(folder, kit_commit=None, exit_code=None, seconds=None):
         {},
         f"{folder}: junit.xml, bench.json, bench.md and gpu_check.log, as scripts/gpu_check.sh wrote them",
     )
-    if records._git("rev-parse", "--short", "HEAD") is None and kit_commit and os.path.exists(kit_commit):
+    if records.head() is None and kit_commit and os.path.exists(kit_commit):
         with open(kit_commit) as f:
             lines = f.read().split()
         if lines and lines[0] != "unknown":

@@ -89,7 +89,7 @@ def write(
     record = {
         "name": name,
         "command": command,
-        "commit": commit or _git("rev-parse", "--short", "HEAD"),
+        "commit": commit or head(),
         "dirty": commit is None and bool(_git("status", "--porcelain", "--", "unsloth_diffusion_norm")),
         "date": date or datetime.date.today().isoformat(),
         "machine": where or machine(),
