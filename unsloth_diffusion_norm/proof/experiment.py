@@ -202,11 +202,24 @@ def _models(setup, record):
     """(model, tokenizer, the oracle's copy of the model or None without recording)."""
     with loaded_first():
         model, tokenizer = load_model(lora=setup.lora, checkpoint=setup.checkpoint, device=setup.device)
-        # The oracle's copy, loaded apart: the trained model gets instance-level forwards from the stack.
-        reference_model = (
-            load_model(lora=setup.lora, checkpoint=setup.checkpoint, device=setup.device)[0] if record else None
-        )
-    return model, tokenizer, reference_model
+        return model, tokenizer, _reference(setup) if record else None
+
+
+def _reference(setup):
+    """The oracle's copy of the model: loaded apart (the trained model gets instance-level forwards from the
+    stack), once per process for each checkpoint (as its config reads), layout and device. It is never trained:
+    every judgement first loads the weights it judges into it (`load_state_dict`), and the oracle takes its
+    gradients with `torch.autograd.grad`, which leaves no `.grad` behind. (A load costs as much as the run it
+    judges: Unsloth's remote-code loader walks every imported module several times.)"""
+    checkpoint = setup.checkpoint or fixtures.tiny_checkpoint()
+    with open(os.path.join(checkpoint, "config.json"), encoding="utf-8") as f:
+        key = (checkpoint, f.read(), setup.lora, setup.device)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = load_model(lora=setup.lora, checkpoint=checkpoint, device=setup.device)[0]
+    return _REFERENCES[key]
+
+
+_REFERENCES = {}
 
 
 def _arguments(setup):
