@@ -67,6 +67,9 @@ def test_a_ratio_within_the_spread_between_blocks_is_called_noise():
     # plugin: 5 % from 1 within blocks 8 % apart; per-sample: 30 % from 1 stands out of 5 %
     assert note.startswith("note: in 1 of 2 rows") and "tiny GA 1 plugin 1.050 (blocks 8% apart)" in note
     assert "per-sample" not in note and note in bench.render(found)
+    assert "count collectives" not in bench.render(found)  # (--no-ddp)
+    counted = bench.render({**found, "collectives_per_step": [1]})
+    assert "count collectives per optimizer step under 2-rank DDP: [1]" in counted
     found["rows"].pop(1)
     assert bench.noise_note(found) is None
     assert "one block per figure" in bench.noise_note({**found, "blocks": 1})

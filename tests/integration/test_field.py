@@ -382,10 +382,13 @@ def workdir(tmp_path_factory):
     return where
 
 
-def _example(workdir, output, *argv, last=(), steps=TWO_STEPS, env=None):
+def _example(workdir, output, *argv, last=(), steps=TWO_STEPS, env=None, imports=None):
+    """Runs the example script in a fresh interpreter; (stdout, global step, logged losses). With `imports` (a
+    list), also the modules of ours the run imported, from Python's own `-X importtime` lines."""
     done = subprocess.run(
         [
             sys.executable,
+            *(["-X", "importtime"] if imports is not None else []),
             EXAMPLE,
             *argv,
             "--model_name_or_path",
@@ -403,6 +406,11 @@ def _example(workdir, output, *argv, last=(), steps=TWO_STEPS, env=None):
         env={**os.environ, **fixtures.CPU_ENVIRONMENT, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    if imports is not None:  # "import time: self | cumulative | name", the name indented by its depth
+        found = [
+            line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+        ]
+        imports += [name for name in found if name.startswith("unsloth_diffusion_norm")]
     state = json.loads((workdir / output / "trainer_state.json").read_text())
     losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
     return done.stdout, state["global_step"], losses
@@ -425,6 +433,7 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
         assert "\nreport_to: none\n" in shipped
         config_file = workdir / "train-watched.yaml"
         config_file.write_text(shipped.replace("\nreport_to: none\n", "\nreport_to: [tensorboard, wandb]\n"))
+    imports = []  # the rooms, in a user's run: the core never imports the proof or the tools (test_rooms.py)
     out, steps, losses = _example(
         workdir,
         "from-yaml",
@@ -436,7 +445,12 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
         *keyed,
         steps=[arg for arg in TWO_STEPS if arg not in ("--report_to", "none")],
         env={"WANDB_MODE": "offline", "WANDB_DIR": str(workdir / "from-yaml")},
+        imports=imports,
     )
+    assert "unsloth_diffusion_norm.activation" in imports and "unsloth_diffusion_norm.evaluation" in imports
+    assert [
+        name for name in imports if name.startswith(("unsloth_diffusion_norm.proof", "unsloth_diffusion_norm.tools"))
+    ] == []
     assert f"unsloth_diffusion_norm: {EXPECTED_MODE} on Unsloth" in out
     assert "diffusion_loss_normalization='window'" in out and "global_masked_tokens" in out
     assert "diffusion_eval_noise='fixed'" in out

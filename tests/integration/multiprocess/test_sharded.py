@@ -1,7 +1,12 @@
 """Sharded data parallel on real processes (Gloo on CPU): FSDP2 through `accelerate launch --config_file`,
 DeepSpeed ZeRO-2 through torchrun with `deepspeed=` in the training arguments, ZeRO-3 through `accelerate
 launch --config_file`. One launch per engine runs every case; each rank judges itself against the oracle
-over all ranks' data with the same masks. The tier is marked `sharded` (deselect with -m "not sharded")."""
+over all ranks' data with the same masks. The tier is marked `sharded` (deselect with -m "not sharded").
+
+ZeRO-2 runs on a natively fixed release only (the 2026.10.9 leg of the matrix): what sets it apart from ZeRO-3 -
+the torchrun launcher with `deepspeed=` in the arguments, parameters left whole - is the Trainer's and
+DeepSpeed's, the same for every release, while ZeRO-3 (parameters partitioned: the chunked loss's head weight
+read outside the module's forward) and FSDP2 are what the patched loss meets on an affected release."""
 
 import pytest
 
@@ -14,7 +19,12 @@ NATIVE_RELEASE = fixtures.expected_mode() == registry.NATIVE
 pytestmark = [pytest.mark.multiprocess, pytest.mark.sharded]
 
 
-@pytest.fixture(scope="module", params=list(ENGINES))
+def _engines():
+    one_leg = pytest.mark.skipif(not NATIVE_RELEASE, reason="ZeRO-2: on a natively fixed release only (docstring)")
+    return [pytest.param(name, marks=one_leg) if name == "zero2" else name for name in ENGINES]
+
+
+@pytest.fixture(scope="module", params=_engines())
 def engine(request):
     """(engine name, {(case, rank): result}): one launch per engine, shared by its tests."""
     name = request.param
