@@ -5,22 +5,22 @@ end (longest processing time first). The order within a file stays as it is."""
 import pytest
 
 # Seconds per file (tests/integration/), summed over its tests from pytest's junit report of `make test` on an
-# idle 2-core machine, 2026-12-06 (995 s in all, 517 s of wall); every other file after.
+# idle 2-core machine, 2026-12-06 (771 s in all, 405 s of wall); every other file after.
 SLOWEST_FIRST = [
-    "multiprocess/test_sharded.py",  # 129
     "test_cli.py",  # 123
-    "test_oracle_cases.py",  # 104
-    "multiprocess/test_data_parallel.py",  # 103
-    "test_own_model.py",  # 91
-    "test_field.py",  # 86
-    "test_convergence.py",  # 59
-    "test_release.py",  # 53
-    "test_fuzz.py",  # 52
-    "multiprocess/test_multi_node.py",  # 34
-    "test_noise.py",  # 34
-    "test_bench.py",  # 32
-    "test_doctor.py",  # 24
-    "test_evaluation.py",  # 21
+    "test_own_model.py",  # 120
+    "multiprocess/test_data_parallel.py",  # 81
+    "multiprocess/test_sharded.py",  # 74
+    "test_field.py",  # 68
+    "test_convergence.py",  # 56
+    "test_oracle_cases.py",  # 41
+    "test_release.py",  # 34
+    "test_fuzz.py",  # 32
+    "test_bench.py",  # 30
+    "multiprocess/test_multi_node.py",  # 28
+    "test_doctor.py",  # 21
+    "test_noise.py",  # 20
+    "test_evaluation.py",  # 13
 ]
 
 
