@@ -38,6 +38,8 @@ class Leg:
     # release-independent tooling checks (once) nowhere else.
     select: str = "not multiprocess and not once"
     paths: tuple = ()
+    # Left out of `paths`: what another leg already runs on the same code shape (files, or tests by node id).
+    leaves_out: tuple = ()
     sharded: bool = False  # install DeepSpeed (the `sharded` extra) into this leg
     # Installed past Unsloth's caps on purpose (uv's --override): these requirements, with the leg's transformers
     # and TRL, replace what Unsloth's metadata asks for. Where Unsloth itself then fails to import, the leg is
@@ -61,6 +63,11 @@ OLD_STACK = (
     "tests/integration/test_oracle_cases.py",
     "tests/integration/test_noise.py",
     "tests/integration/test_fuzz.py",
+)
+# The dense shape on the oldest stack (tests/unit imports no Unsloth, and the fuzzer's bad input exercises the
+# stack's parsers, not the shape: on that stack the chunked-shape leg runs both).
+DENSE_OLD_STACK = tuple(path for path in OLD_STACK if path not in ("tests/unit", "tests/integration/test_fuzz.py")) + (
+    "tests/integration/test_fuzz.py::test_a_random_configuration_trains_as_the_oracle_says",
 )
 
 # The newest Unsloth with the newest transformers and TRL, past its caps: the stack its next release will pin.
@@ -93,11 +100,13 @@ LEGS = [
         "2026.10.4",
         "5.17.0",
         "1.15.0",
-        "dense cross-entropy shape, with launched ranks",
+        "dense cross-entropy shape: launched ranks, evaluation, the families (its other tiers: on 4.56)",
         # The node dimension (multi_node) exercises the counting rule and the per-sample keys, which the dense
-        # shape shares with the chunked one (make test) and which the native leg runs again.
+        # shape shares with the chunked one (make test) and which the native leg runs again. What the 4.56 leg
+        # below runs on this shape is its there: on 5.17 / 1.15 the patched Trainer loop is `make test`'s.
         select="not sharded and not once and not multi_node",
         paths=INTEGRATION,
+        leaves_out=DENSE_OLD_STACK,
     ),
     # The oldest transformers / TRL on the dense shape: what their Trainer and parsers change (the command
     # line and doctor on the old stack run on the chunked-shape leg below).
@@ -106,19 +115,19 @@ LEGS = [
         "4.56.0",
         "0.18.2",
         "dense shape, oldest working transformers / TRL: training and parsing",
-        # (tests/unit imports no Unsloth, and the fuzzer's bad input exercises the stack's parsers, not the
-        # shape: on this stack the chunked-shape leg below runs both)
-        paths=tuple(path for path in OLD_STACK if path not in ("tests/unit", "tests/integration/test_fuzz.py"))
-        + ("tests/integration/test_fuzz.py::test_a_random_configuration_trains_as_the_oracle_says",),
+        paths=DENSE_OLD_STACK,
     ),
-    # The same diffusion files as 2026.10.4: recognition, patches and the release as a whole (the fuzzer's share
-    # on these files is the 2026.10.4 leg's).
+    # The same diffusion files as 2026.10.4: the release recognised as a whole (its patches, fuzzer share and
+    # everything else on these files are the 2026.10.4 legs').
     Leg(
         "2026.10.5",
         "5.17.0",
         "1.15.0",
-        "dense shape (files identical to 2026.10.4): recognition and patches",
-        paths=("tests/integration/test_release.py", "tests/integration/test_activation.py"),
+        "dense shape (files identical to 2026.10.4): recognition",
+        paths=(
+            "tests/integration/test_release.py::"
+            "test_import_alone_imports_neither_torch_nor_unsloth_and_apply_then_imports_and_patches",
+        ),
     ),
     Leg(
         "2026.10.6",
@@ -147,9 +156,13 @@ LEGS = [
         "2026.10.9",
         "5.17.0",
         "1.15.0",
-        "fixed upstream: native, Unsloth's own loss, resume-exact draws; launched, multi-node and sharded ranks",
+        "fixed upstream: native, Unsloth's own loss and the oracle cases; multi-node and sharded ranks, the "
+        "families, the fuzzer (Trainer's loop: on 5.25)",
         select="not once",
         paths=INTEGRATION,
+        # What the 5.25 leg below runs on this shape is its there, but for the oracle cases: the native claim on
+        # the stack users run (the patched Trainer loop on 5.17 / 1.15 is `make test`'s).
+        leaves_out=tuple(path for path in TRAINER_LOOP if path != "tests/integration/test_oracle_cases.py"),
         sharded=True,
     ),
     Leg(
@@ -159,6 +172,11 @@ LEGS = [
         "past its caps: the newest Unsloth with the newest transformers and TRL (Trainer's loop, doctor)",
         select="not once",
         paths=TRAINER_LOOP,
+        # the import order's bookkeeping, as test_release: the same Unsloth files as the 5.17 leg
+        leaves_out=(
+            "tests/integration/test_field.py::test_unpatch_before_unsloth_is_remembered_until_apply",
+            "tests/integration/test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation",
+        ),
         past_caps=NEWEST_NEEDS,
     ),
 ]
@@ -312,6 +330,7 @@ def test(leg, where, log):
     junit = os.path.join(where, "junit.xml")
     started = time.time()
     tier = ["-m", leg.select] if leg.select else []
+    tier += [("--deselect=" if "::" in path else "--ignore=") + path for path in leg.leaves_out]
     workers = ["-n", os.environ.get("WORKERS", "2"), "--dist", "loadfile"]  # as `make test` runs the suite
     code = run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *tier, f"--junitxml={junit}", *leg.paths],
