@@ -10,6 +10,7 @@ L's last run left alive; after a function changed, `run --label L --mutants modu
 module.Class.method) reruns all of its mutants (renamed: `--mutants OLD NEW` also drops the old name's
 verdicts; a stopped `--mutants` run goes on with the same names and `--go-on`); `legs --only LEG` runs one leg. A run stopped part-way goes on where it stopped with `run --label L`
 alone: mutmut keeps each verdict under mutants/ as it comes (`make mutation` starts over: it removes mutants/).
+After functions changed, `legs --mutants NAMES` reruns theirs on each leg and keeps the leg's other verdicts.
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
@@ -350,6 +351,15 @@ SHAPE_SPECIFIC = {
     "unsloth_diffusion_norm.config.plugin_draws_for",
     "unsloth_diffusion_norm.evaluation._label",  # a trainer instance's patches: on a native release only
     "unsloth_diffusion_norm.evaluation.keyed_upstream_loss",
+    "unsloth_diffusion_norm.native._observed_patches",  # a per-micro-batch run's observing draw: native only
+    "unsloth_diffusion_norm.native._observed_loss",
+    "unsloth_diffusion_norm.metrics.log_drawn",  # a window upstream drew at its fetch: native only
+    "unsloth_diffusion_norm.metrics.training_accuracy",  # where the loss holds the logits: the dense shape only
+    "unsloth_diffusion_norm.metrics.TrainingAccuracy.__init__",
+    "unsloth_diffusion_norm.metrics.TrainingAccuracy.collected",
+    "unsloth_diffusion_norm.metrics.TrainingAccuracy.counted",
+    "unsloth_diffusion_norm.metrics.TrainingAccuracy.scored",
+    "unsloth_diffusion_norm.metrics.TrainingAccuracy.take",
 }
 
 
@@ -393,8 +403,8 @@ def legs(args):
                 work,
                 "--jobs",
                 str(args.jobs),
-                "--alive-from",
-                FIRST,
+                # named mutants (of functions that changed): the rest keep this leg's last verdicts
+                *(["--mutants", *args.mutants] if args.mutants else ["--alive-from", FIRST]),
             ]
         ).returncode
         if code != 0:
@@ -692,6 +702,12 @@ def main(argv=None):
     g = sub.add_parser("legs", help="the other code shapes' legs (built as in scripts/matrix.py)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     g.add_argument("--only", nargs="+", choices=LEGS, help="these legs only")
+    g.add_argument(
+        "--mutants",
+        nargs="+",
+        help="as `run --mutants`, on each leg: these mutants (or a function's: all of them), the rest of the leg's "
+        "verdicts kept (by default the leg runs what the first run left alive, and its results file holds only those)",
+    )
     p = sub.add_parser("report", help="mutation/report.md and records/mutation.json from every result file")
     p.add_argument("--min-score", type=float, default=0.95)
     sub.add_parser("forget", help="drop the verdicts of functions the core no longer has from every result file")

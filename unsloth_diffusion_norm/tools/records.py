@@ -154,8 +154,10 @@ def _pathspec(path):
 
 @functools.cache
 def history():
-    """Whether this checkout holds the history a record's commit is looked up in (a shallow clone does not)."""
-    return _git("rev-parse", "--is-shallow-repository") == "false"
+    """Whether this checkout holds the history a record's commit is looked up in: a shallow clone does not, nor a
+    copy of the tree inside another checkout (mutmut's mutants/), whose git would answer for other files."""
+    top = _git("rev-parse", "--show-toplevel")
+    return top is not None and os.path.samefile(top, ROOT) and _git("rev-parse", "--is-shallow-repository") == "false"
 
 
 @functools.cache
