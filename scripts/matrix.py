@@ -40,6 +40,9 @@ class Leg:
     paths: tuple = ()
     # Left out of `paths`: what another leg already runs on the same code shape (files, or tests by node id).
     leaves_out: tuple = ()
+    # How pytest-xdist hands out the tests: whole files (a file's launch or fixtures run once), or one test at a
+    # time where the leg is one file of fresh interpreters (both workers busy).
+    dist: str = "loadfile"
     sharded: bool = False  # install DeepSpeed (the `sharded` extra) into this leg
     # Installed past Unsloth's caps on purpose (uv's --override): these requirements, with the leg's transformers
     # and TRL, replace what Unsloth's metadata asks for. Where Unsloth itself then fails to import, the leg is
@@ -95,6 +98,7 @@ LEGS = [
         "1.13.0",
         "before masked diffusion: unsupported, nothing patched",
         paths=("tests/integration/test_release.py",),
+        dist="load",
     ),
     Leg(
         "2026.10.4",
@@ -331,7 +335,7 @@ def test(leg, where, log):
     started = time.time()
     tier = ["-m", leg.select] if leg.select else []
     tier += [("--deselect=" if "::" in path else "--ignore=") + path for path in leg.leaves_out]
-    workers = ["-n", os.environ.get("WORKERS", "2"), "--dist", "loadfile"]  # as `make test` runs the suite
+    workers = ["-n", os.environ.get("WORKERS", "2"), "--dist", leg.dist]  # as `make test` runs the suite
     code = run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *tier, f"--junitxml={junit}", *leg.paths],
         log,
