@@ -88,6 +88,8 @@ LOWER_VARIANCE_STATUS = (
     TESTS + "test_lower_variance.py::test_a_run_that_asks_for_them_says_so_once_at_construction_and_status_names_them"
 )
 BROKEN = [TESTS + "test_field.py::test_a_missing_dependency_is_named_as_a_broken_installation"]
+# A user's run: the sample YAML and a command line through TrlParser, watched in TensorBoard and W&B.
+EXAMPLE = [TESTS + "test_field.py::test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_line"]
 RANKS = [TESTS + "multiprocess/test_data_parallel.py"]
 # Functions that only fresh interpreters or launched ranks reach (wholly or in part) -> those tests.
 FRESH = {
@@ -114,6 +116,10 @@ FRESH = {
     "unsloth_diffusion_norm.window.Window.noise": RANKS,
     "unsloth_diffusion_norm.window.Window.divide": RANKS,
     "unsloth_diffusion_norm.per_sample.DataOrder.tag": RANKS,
+    # The flags' annotations are made as config is imported, before mutmut's server forks; the samples reach
+    # TensorBoard's writer and W&B's run only where a run reports to them.
+    "unsloth_diffusion_norm.config._annotation": EXAMPLE + DISABLED[:1],
+    "unsloth_diffusion_norm.samples._callback_class": EXAMPLE,
 }
 # mutmut's class-method separator: `module.xǁClassǁmethod__mutmut_N`.
 CLASS = "ǁ"

@@ -415,3 +415,56 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
     expected = oracle.low_confidence_decode(run.reference_model, prompt, 64 - len(prompt), MASK_ID, samples.STEPS)
     assert (line["step"], line["prompt"], line["reference"], line["tokens"]) == (4, "w56 w57", None, expected)
+
+
+def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_the_forward_returns(plugin):
+    """samples.decode against the oracle's low-confidence remasking (written apart) on the tiny model's random
+    weights: its defaults (unshifted), Dream's shifted logits, one step for many tokens, one token, a batch of
+    rows, and a forward that returns a plain tuple (as some remote code does)."""
+    from unsloth_diffusion_norm import samples
+    from unsloth_diffusion_norm.proof.fixtures import load_model
+
+    model, _ = load_model()
+    prompt = HELD[0].prompt
+
+    def expected(length, steps=samples.STEPS, shift=False, given=prompt):
+        return oracle.low_confidence_decode(model, given, length, MASK_ID, steps, shift)
+
+    class Plain(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids):
+            return (self.inner(input_ids=input_ids).logits,)
+
+    with torch.no_grad():
+        assert samples.decode(model, prompt, 9, MASK_ID) == expected(9)
+        shifted = samples.decode(model, prompt, 9, MASK_ID, shift=True)
+        assert shifted == expected(9, shift=True) != expected(9)
+        given = [prompt, prompt[::-1]]
+        rows = samples.decode_rows(model, given, 9, MASK_ID, samples.STEPS, True)
+        assert rows == [expected(9, shift=True, given=p) for p in given]
+        for length, steps in ((1, samples.STEPS), (6, 1), (9, 1), (9, 4)):
+            assert samples.decode(model, prompt, length, MASK_ID, steps) == expected(length, steps), (length, steps)
+        assert samples.decode(Plain(model), prompt, 9, MASK_ID) == expected(9)
+
+
+def test_the_samples_prompts_are_the_first_rows_cut_where_each_is_supervised(plugin):
+    """A row's answer is where its labels are not -100, else where its completion_mask (TRL's) is set; a row
+    with neither has no reference; a dict of splits gives its first."""
+    from datasets import Dataset
+
+    from unsloth_diffusion_norm import samples
+
+    rows = [
+        {"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "completion_mask": None},
+        {"input_ids": [5, 6, 7, 8], "labels": None, "completion_mask": [0, 1, 1, 0]},
+        {"input_ids": [9, 10], "labels": None, "completion_mask": None},
+        {"input_ids": [11, 12, 13], "labels": [-100, 12, 13], "completion_mask": None},
+        {"input_ids": [14, 15], "labels": [-100, 15], "completion_mask": None},
+    ]
+    found = [([1, 2], [3, 4]), ([5], [6, 7]), ([9, 10], []), ([11], [12, 13])]
+    dataset = Dataset.from_list(rows)
+    assert samples.prompts(dataset, 4) == found
+    assert samples.prompts({"test": dataset, "other": Dataset.from_list(rows[3:])}, 4) == found
