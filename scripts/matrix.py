@@ -104,7 +104,7 @@ LEGS = [
         "2026.10.4",
         "5.17.0",
         "1.15.0",
-        "dense cross-entropy shape: launched ranks, evaluation, the families (its other tiers: on 4.56)",
+        "dense cross-entropy shape: launched ranks, evaluation, the families (its other tiers: the oldest stack)",
         # The node dimension (multi_node) exercises the counting rule and the per-sample keys, which the dense
         # shape shares with the chunked one (make test) and which the native leg runs again. What the 4.56 leg
         # below runs on this shape is its there: on 5.17 / 1.15 the patched Trainer loop is `make test`'s.
@@ -161,7 +161,7 @@ LEGS = [
         "5.17.0",
         "1.15.0",
         "fixed upstream: native, Unsloth's own loss and the oracle cases; multi-node and sharded ranks, the "
-        "families, the fuzzer (Trainer's loop: on 5.25)",
+        "families, the fuzzer (Trainer's loop: the newest stack)",
         select="not once",
         paths=INTEGRATION,
         # What the 5.25 leg below runs on this shape is its there, but for the oracle cases: the native claim on
