@@ -107,7 +107,7 @@ LEGS = [
         "dense cross-entropy shape: launched ranks, evaluation, the families (its other tiers: the oldest stack)",
         # The node dimension (multi_node) exercises the counting rule and the per-sample keys, which the dense
         # shape shares with the chunked one (make test) and which the native leg runs again. What the 4.56 leg
-        # below runs on this shape is its there: on 5.17 / 1.15 the patched Trainer loop is `make test`'s.
+        # below runs on this shape runs there only: on 5.17 / 1.15 the patched Trainer loop is `make test`'s.
         select="not sharded and not once and not multi_node",
         paths=INTEGRATION,
         leaves_out=DENSE_OLD_STACK,
@@ -164,7 +164,7 @@ LEGS = [
         "families, the fuzzer (Trainer's loop: the newest stack)",
         select="not once",
         paths=INTEGRATION,
-        # What the 5.25 leg below runs on this shape is its there, but for the oracle cases: the native claim on
+        # What the 5.25 leg below runs on this shape runs there only, but for the oracle cases: the native claim on
         # the stack users run (the patched Trainer loop on 5.17 / 1.15 is `make test`'s).
         leaves_out=tuple(path for path in TRAINER_LOOP if path != "tests/integration/test_oracle_cases.py"),
         sharded=True,
