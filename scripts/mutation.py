@@ -91,6 +91,7 @@ BROKEN = [TESTS + "test_field.py::test_a_missing_dependency_is_named_as_a_broken
 # A user's run: the sample YAML and a command line through TrlParser, watched in TensorBoard and W&B.
 EXAMPLE = [TESTS + "test_field.py::test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_line"]
 RANKS = [TESTS + "multiprocess/test_data_parallel.py"]
+GATHERED = [TESTS + "multiprocess/test_gathered.py"]  # two ranks, no model: the metrics' gathers alone
 # Functions that only fresh interpreters or launched ranks reach (wholly or in part) -> those tests.
 FRESH = {
     "unsloth_diffusion_norm._switch": SWITCH,
@@ -120,6 +121,14 @@ FRESH = {
     # TensorBoard's writer and W&B's run only where a run reports to them.
     "unsloth_diffusion_norm.config._annotation": EXAMPLE + DISABLED[:1],
     "unsloth_diffusion_norm.samples._callback_class": EXAMPLE,
+    # What ranks hand each other at a log or an evaluation's end, where they hold different steps or nothing; a
+    # run's own metrics records (made per trainer, with its accelerator and count rule) under DDP.
+    "unsloth_diffusion_norm.metrics.OwnSteps.*": GATHERED,
+    "unsloth_diffusion_norm.metrics._row": GATHERED,
+    "unsloth_diffusion_norm.metrics.EvalScores.size": GATHERED,
+    "unsloth_diffusion_norm.evaluation.EvalOrder.finish": GATHERED,
+    "unsloth_diffusion_norm.metrics._kept": RANKS,
+    "unsloth_diffusion_norm.metrics.own_steps": RANKS,
 }
 # mutmut's class-method separator: `module.xǁClassǁmethod__mutmut_N`.
 CLASS = "ǁ"
@@ -387,8 +396,9 @@ def legs(args):
         )
         # A copy of the tracked tree: mutmut keeps mutants/ and its test map in the directory it runs in.
         work = os.path.join(ROOT, ".matrix", name + ".mutation")
-        subprocess.run(["rm", "-rf", work], check=True)
-        os.makedirs(work)
+        if not args.go_on:  # (going on: its mutants/ and their verdicts stay; the tracked files are refreshed)
+            subprocess.run(["rm", "-rf", work], check=True)
+        os.makedirs(work, exist_ok=True)
         tracked = subprocess.run(
             ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.split()
@@ -411,6 +421,8 @@ def legs(args):
                 str(args.jobs),
                 # named mutants (of functions that changed): the rest keep this leg's last verdicts
                 *(["--mutants", *args.mutants] if args.mutants else ["--alive-from", FIRST]),
+                *(["--go-on"] if args.go_on else []),
+                *(["--minutes", str(args.minutes)] if args.minutes else []),
             ]
         ).returncode
         if code != 0:
@@ -714,6 +726,8 @@ def main(argv=None):
         help="as `run --mutants`, on each leg: these mutants (or a function's: all of them), the rest of the leg's "
         "verdicts kept (by default the leg runs what the first run left alive, and its results file holds only those)",
     )
+    g.add_argument("--go-on", action="store_true", help="with --mutants: as `run --go-on`, in the leg's kept copy")
+    g.add_argument("--minutes", type=float, help="as `run --minutes`")
     p = sub.add_parser("report", help="mutation/report.md and records/mutation.json from every result file")
     p.add_argument("--min-score", type=float, default=0.95)
     sub.add_parser("forget", help="drop the verdicts of functions the core no longer has from every result file")

@@ -20,6 +20,7 @@ SLOWEST_FIRST = [
     "multiprocess/test_multi_node.py",  # 28
     "test_doctor.py",  # 21
     "test_noise.py",  # 20
+    "multiprocess/test_gathered.py",  # 14 (added since: measured on its own)
     "test_evaluation.py",  # 13
 ]
 
