@@ -468,3 +468,27 @@ def test_the_samples_prompts_are_the_first_rows_cut_where_each_is_supervised(plu
     dataset = Dataset.from_list(rows)
     assert samples.prompts(dataset, 4) == found
     assert samples.prompts({"test": dataset, "other": Dataset.from_list(rows[3:])}, 4) == found
+
+
+def test_the_scores_take_the_logits_whatever_the_forward_returns(plugin):
+    """metrics.row_scores reads a forward's logits where its output keeps them: a ModelOutput whose first field is
+    a loss, and a plain tuple (as some remote code returns): per row, the masked tokens' cross-entropy sum (plain
+    torch here), their hits and their count, the same from both."""
+    from transformers.modeling_outputs import MaskedLMOutput
+
+    from unsloth_diffusion_norm import metrics
+    from unsloth_diffusion_norm.noise import Noise
+
+    logits = torch.randn(2, 4, 7, generator=torch.Generator().manual_seed(0))
+    tokens = torch.tensor([[1, 2, 3, 4], [5, 6, 0, 1]])
+    masked = torch.tensor([[True, False, True, False], [False, True, True, True]])
+    drawn = Noise(tokens, None, masked, masked, torch.full((2, 4), 0.5))
+    ce = [
+        sum(float(torch.logsumexp(logits[r, i], 0) - logits[r, i, tokens[r, i]]) for i in range(4) if masked[r, i])
+        for r in range(2)
+    ]
+    hits = [sum(int(logits[r, i].argmax() == tokens[r, i]) for i in range(4) if masked[r, i]) for r in range(2)]
+    for output in (MaskedLMOutput(loss=torch.tensor(3.0), logits=logits), (logits,)):
+        got_ce, got_hits, got_masked = metrics.row_scores(output, None, drawn, shift=False)
+        assert got_ce.tolist() == pytest.approx(ce, abs=oracle.ATOL, rel=oracle.RTOL)
+        assert got_hits.tolist() == hits and got_masked.tolist() == [2, 3]

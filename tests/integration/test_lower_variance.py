@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm.proof import experiment, oracle
+from unsloth_diffusion_norm.proof import experiment, judging, oracle
 from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers
 from unsloth_diffusion_norm.proof.judging import EOS_ID, EPS, OracleSettings, judge
 
@@ -18,7 +18,8 @@ STRATIFIED = dict(diffusion_noise="per_sample", diffusion_t_sampler="stratified"
 PAIRS = dict(diffusion_complementary_masks=True)
 CASES = {
     "stratified": dict(examples=equal_answers(4), seed=0, **STRATIFIED),
-    "complementary": dict(examples=equal_answers(4), seed=1, **PAIRS),
+    # (held-out examples, never evaluated in training: the evaluation afterwards keeps one mask per example)
+    "complementary": dict(examples=equal_answers(4), seed=1, eval_examples=equal_answers(2), **PAIRS),
     # A floor of the run's own: levels above 1 - eps (here 0.75) keep their mask, which the default floor reflects.
     "complementary, eps 0.25": dict(examples=equal_answers(8), seed=0, diffusion_eps=0.25, **PAIRS),
     # Under 'microbatch' the plugin still draws per-sample noise, so it pairs each keyed micro-batch itself. A pair
@@ -68,6 +69,11 @@ def lower_variance_matches_oracle(case, device="cpu"):
         assert not judge(run, window, dataclasses.replace(settings, complementary=False)).ok
     if microbatch:  # each micro-batch by its own count, as asked: the window's count misses
         assert not judge(run, window, dataclasses.replace(settings, normalization=oracle.WINDOW)).ok
+    if "eval_examples" in spec:  # the pairs are training's: an evaluation keeps one mask per example
+        loss, seen = experiment.evaluate(run.trainer)
+        run.reference_model.load_state_dict(run.trainer.model.state_dict())
+        expected = judging.expected_evaluation_loss(run.reference_model, seen, settings.eps)
+        assert abs(loss - expected) <= oracle.tolerance(expected), (case, loss, expected)
     if "diffusion_t_sampler" in spec:
         window.batches = [{k: v for k, v in batch.items() if k != "strata"} for batch in window.batches]
         assert not judge(run, window, settings).ok
