@@ -127,6 +127,14 @@ def test_the_accuracy_and_loss_by_noise_level_are_the_oracles_and_hold_still(arm
     assert loss == first["eval_loss"] and not [n for n in off if "accuracy" in n or "_noise_" in n]
 
 
+def test_the_evaluation_loop_called_without_a_prefix_names_its_scores_as_trainer_does(arms):
+    """Trainer's evaluation_loop(dataloader, description) defaults its metric_key_prefix to "eval": the keyed
+    evaluation's scores take the prefix the loop was given, its default included."""
+    trainer = arms["fixed"][0].trainer
+    found = trainer.evaluation_loop(trainer.get_eval_dataloader(), "Evaluation").metrics
+    assert "eval_masked_token_accuracy" in found and "eval_loss" in found
+
+
 def test_prediction_step_takes_its_inputs_by_position_or_by_name(arms):
     """Trainer passes prediction_step's inputs by position; another caller may name them. Keyed or not, the same
     step either way (outside an evaluation the keys number the batch's rows from 0)."""
@@ -238,7 +246,8 @@ def test_a_family_not_opted_in_keeps_its_own_normalization_under_a_fixed_evaluat
 
     profile = next(p for p in diffusion_profiles() if p.name == name)
     run = _train(UNEQUAL, batch_size=2, diffusion_profile=profile, diffusion_eps=0.25, **FIXED)
-    loss, seen = experiment.evaluate(run.trainer, seed=None)
+    logged = {}
+    loss, seen = experiment.evaluate(run.trainer, seed=None, metrics=logged)
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
     keyed = judging.keyed_evaluation(seen, SEED, batch_size=2)
     assert [draws[0]["input_ids"].shape for draws in keyed] == [torch.Size([2, 6]), torch.Size([2, 7])]
@@ -252,6 +261,11 @@ def test_a_family_not_opted_in_keeps_its_own_normalization_under_a_fixed_evaluat
     expected = oracle_loss(own)
     assert abs(loss - expected) <= oracle.tolerance(expected), (loss, expected)
     assert abs(loss - oracle_loss(other)) > 100 * oracle.tolerance(expected)
+    # its accuracy and masked CE by noise level: scored at the family's own shift (Dream's: shifted logits)
+    settings = judging.OracleSettings(eps=0.25, shift=profile.shift_logits)
+    assert judging.scores_error(logged, judging.expected_evaluation_scores(run.reference_model, keyed, settings)) <= 1
+    unshifted = judging.expected_evaluation_scores(run.reference_model, keyed, judging.OracleSettings(eps=0.25))
+    assert (judging.scores_error(logged, unshifted) > 1) == profile.shift_logits  # (the check can fail)
 
 
 def test_a_fixed_evaluation_keeps_the_runs_time_weighting_and_refuses_what_the_release_refuses(plugin):

@@ -31,17 +31,22 @@ DRAWS = [
     {0: [(3, [(2, 12), (6, 13)])], 1: []},  # nothing at all on rank 1
 ]
 # evaluation: (keyed draws per example, rank -> batches: (each draw's batch loss, [(token ids, masked positions,
-# level) per row])). Rank 1 evaluates nothing in the first; one draw has no spread to give; nothing evaluated: {}.
+# level) per row])). Rank 1 evaluates nothing in the first (where a level is 1: the last bucket) and the fourth;
+# one draw has no spread to give; nothing evaluated: {}.
 EVALUATED = [
-    (2, {0: [([2.5, 3.25], [([1, 2, 3, 0], [1, 0, 1, 0], 0.3), ([3, 1, 2, 2], [0, 1, 1, 1], 0.8)])], 1: []}),
+    (2, {0: [([2.5, 3.25], [([1, 2, 3, 0], [1, 0, 1, 0], 0.3), ([3, 1, 2, 2], [1, 1, 1, 1], 1.0)])], 1: []}),
     (
         2,
         {
             0: [([1.5, 1.75], [([0, 1, 2, 3], [1, 1, 0, 0], 0.1)])],
-            1: [([2.0, 2.5], [([2, 2, 1, 0], [0, 1, 0, 1], 0.6), ([1, 3, 0, 2], [1, 0, 0, 0], 0.9)])],
+            1: [
+                ([2.0, 2.5], [([2, 2, 1, 0], [0, 1, 0, 1], 0.6), ([1, 3, 0, 2], [1, 0, 0, 0], 0.9)]),
+                ([0.25, 0.5], [([2], [1], 0.45)]),  # one token
+            ],
         },
     ),
     (1, {0: [([1.25], [([4, 0, 1, 1], [0, 0, 1, 1], 0.7)])], 1: [([0.5], [([3, 3, 2, 1], [1, 0, 0, 1], 0.2)])]}),
+    (1, {0: [([0.75], [([1, 2, 3, 4], [0, 0, 1, 0], 0.4)])], 1: []}),  # one masked token in all
     (2, {0: [], 1: []}),
 ]
 BUCKETS, VOCABULARY = 2, 5
@@ -89,22 +94,24 @@ def worker(out):
     rank = accelerator.process_index
     replicas, _ = window.counting_rule(True, accelerator.num_processes, accelerator.num_processes, None)
     steps = metrics.OwnSteps(accelerator, replicas, SLOTS)
+    # Fed and read under a default device other than the data's, as on a GPU: nothing may land there.
     logs = []
     for log in DRAWS:
-        for step, rows in log[rank]:
-            steps.drawn(step, drawn(rows))
-        with torch.device("meta"):  # a default device other than the data's, as on a GPU: nothing may land there
+        batches = [(step, drawn(rows)) for step, rows in log[rank]]
+        with torch.device("meta"):
+            for step, batch in batches:
+                steps.drawn(step, batch)
             logs.append(steps.take(accelerator.device))
     evaluations = []
     for draws, evaluated in EVALUATED:
         order = evaluation.EvalOrder(metrics.EvalScores(BUCKETS))
-        for losses, rows in evaluated[rank]:
-            output, batch = evaluation_batch(rows)
-            order.scores.add(output, None, batch, shift=False)
-            keyed = evaluation.Keyed([[0] * len(rows)] * draws)
-            keyed.losses = torch.tensor(losses)
-            order.record(keyed, len(rows))
+        batches = [(torch.tensor(losses), *evaluation_batch(rows), len(rows)) for losses, rows in evaluated[rank]]
         with torch.device("meta"):
+            for losses, output, batch, rows in batches:
+                order.scores.add(output, None, batch, shift=False)
+                keyed = evaluation.Keyed([[0] * rows] * draws)
+                keyed.losses = losses
+                order.record(keyed, rows)
             evaluations.append(order.finish(accelerator, draws, "eval"))
     with open(f"{out}.{rank}", "w") as f:
         json.dump({"rank": rank, "replicas": replicas, "logs": logs, "evaluations": evaluations}, f)
