@@ -246,8 +246,11 @@ def test_a_family_not_opted_in_keeps_its_own_normalization_under_a_fixed_evaluat
 
     profile = next(p for p in diffusion_profiles() if p.name == name)
     run = _train(UNEQUAL, batch_size=2, diffusion_profile=profile, diffusion_eps=0.25, **FIXED)
+    steps = registry.per_trainer(run.trainer).own_steps  # the run's training draws, kept for its metrics
+    steps.take(run.trainer.args.device)  # (what training left for its next log)
     logged = {}
     loss, seen = experiment.evaluate(run.trainer, seed=None, metrics=logged)
+    assert steps.take(run.trainer.args.device) == {}  # evaluating adds no draw to the training metrics
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
     keyed = judging.keyed_evaluation(seen, SEED, batch_size=2)
     assert [draws[0]["input_ids"].shape for draws in keyed] == [torch.Size([2, 6]), torch.Size([2, 7])]
