@@ -412,6 +412,8 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
     assert evaluations(sampled) == evaluations(plain) and len(evaluations(plain)) == 4
     lines = [json.loads(line) for line in (tmp_path / samples.FILE).read_text().splitlines()]
     assert [(line["step"], line["index"]) for line in lines] == [(s, i) for s in (1, 2, 3, 4) for i in (0, 1)]
+    decoded = sampled.trainer.processing_class.decode
+    assert all(line["sample"] == decoded(line["tokens"]) and line["reference"] for line in lines)
     run = sampled
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
     for line, example in zip(lines[-2:], HELD):
@@ -432,12 +434,24 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
     run.reference_model.load_state_dict(run.trainer.model.state_dict())
     expected = oracle.low_confidence_decode(run.reference_model, prompt, 64 - len(prompt), MASK_ID, samples.STEPS)
     assert (line["step"], line["prompt"], line["reference"], line["tokens"]) == (4, "w56 w57", None, expected)
+    # where the run's max_length binds first, the answer is what fits in it; a prompt that fills it gets none
+    kept = run.trainer.args.max_length
+    try:
+        for max_length, answer in ((len(prompt) + 5, 5), (len(prompt), 0)):
+            run.trainer.args.max_length = max_length
+            (row,) = samples.samples_of(run.trainer)
+            expected = oracle.low_confidence_decode(run.reference_model, prompt, answer, MASK_ID, samples.STEPS)
+            assert row["tokens"] == (expected if answer else []), max_length
+    finally:
+        run.trainer.args.max_length = kept
 
 
 def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_the_forward_returns(plugin):
     """samples.decode against the oracle's low-confidence remasking (written apart) on the tiny model's random
     weights: its defaults (unshifted), Dream's shifted logits, one step for many tokens, one token, a batch of
     rows, and a forward that returns a plain tuple (as some remote code does)."""
+    from transformers.modeling_outputs import MaskedLMOutput
+
     from unsloth_diffusion_norm import samples
     from unsloth_diffusion_norm.proof.fixtures import load_model
 
@@ -455,6 +469,10 @@ def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_
         def forward(self, input_ids):
             return (self.inner(input_ids=input_ids).logits,)
 
+    class LossFirst(Plain):  # an output whose first field is a loss
+        def forward(self, input_ids):
+            return MaskedLMOutput(loss=torch.tensor(0.0), logits=self.inner(input_ids=input_ids).logits)
+
     with torch.no_grad():
         assert samples.decode(model, prompt, 9, MASK_ID) == expected(9)
         shifted = samples.decode(model, prompt, 9, MASK_ID, shift=True)
@@ -465,6 +483,9 @@ def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_
         for length, steps in ((1, samples.STEPS), (6, 1), (9, 1), (9, 4)):
             assert samples.decode(model, prompt, length, MASK_ID, steps) == expected(length, steps), (length, steps)
         assert samples.decode(Plain(model), prompt, 9, MASK_ID) == expected(9)
+        assert samples.decode(LossFirst(model), prompt, 9, MASK_ID) == expected(9)
+        with torch.device("meta"):  # a default device other than the model's, as on a GPU: nothing may land there
+            assert samples.decode_rows(model, given, 9, MASK_ID, samples.STEPS, True) == rows
 
 
 def test_the_samples_prompts_are_the_first_rows_cut_where_each_is_supervised(plugin):
