@@ -378,6 +378,7 @@ SHAPE_SPECIFIC = {
     "unsloth_diffusion_norm.metrics.TrainingAccuracy.counted",
     "unsloth_diffusion_norm.metrics.TrainingAccuracy.scored",
     "unsloth_diffusion_norm.metrics.TrainingAccuracy.take",
+    "unsloth_diffusion_norm.window.Window.scorer",  # (a Window has a scorer on the dense shape only)
 }
 
 

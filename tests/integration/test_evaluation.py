@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
@@ -510,23 +511,37 @@ def test_the_samples_prompts_are_the_first_rows_cut_where_each_is_supervised(plu
 
 def test_the_scores_take_the_logits_whatever_the_forward_returns(plugin):
     """metrics.row_scores reads a forward's logits where its output keeps them: a ModelOutput whose first field is
-    a loss, and a plain tuple (as some remote code returns): per row, the masked tokens' cross-entropy sum (plain
-    torch here), their hits and their count, the same from both."""
+    a loss, and a plain tuple (as some remote code returns); where the loss fused the head, the hidden states
+    through it (its bias too), more than a chunk of tokens at a time. Per row: the masked tokens' cross-entropy
+    sum (plain torch here), their hits and their count; under a default device other than the data's."""
     from transformers.modeling_outputs import MaskedLMOutput
 
     from unsloth_diffusion_norm import metrics
     from unsloth_diffusion_norm.noise import Noise
 
-    logits = torch.randn(2, 4, 7, generator=torch.Generator().manual_seed(0))
-    tokens = torch.tensor([[1, 2, 3, 4], [5, 6, 0, 1]])
-    masked = torch.tensor([[True, False, True, False], [False, True, True, True]])
-    drawn = Noise(tokens, None, masked, masked, torch.full((2, 4), 0.5))
-    ce = [
-        sum(float(torch.logsumexp(logits[r, i], 0) - logits[r, i, tokens[r, i]]) for i in range(4) if masked[r, i])
-        for r in range(2)
-    ]
-    hits = [sum(int(logits[r, i].argmax() == tokens[r, i]) for i in range(4) if masked[r, i]) for r in range(2)]
-    for output in (MaskedLMOutput(loss=torch.tensor(3.0), logits=logits), (logits,)):
-        got_ce, got_hits, got_masked = metrics.row_scores(output, None, drawn, shift=False)
+    generator = torch.Generator().manual_seed(0)
+    length = metrics.CHUNK + 9  # (the first row masks every position: more than one chunk)
+    logits = torch.randn(2, length, 7, generator=generator)
+    tokens = torch.randint(0, 7, (2, length), generator=generator)
+    masked = torch.rand(2, length, generator=generator) < 0.5
+    masked[0] = True
+    drawn = Noise(tokens, None, masked, masked, torch.full((2, length), 0.5))
+
+    def expected(scores):
+        ce = [float(F.cross_entropy(scores[r][masked[r]], tokens[r][masked[r]], reduction="sum")) for r in range(2)]
+        hits = [int((scores[r][masked[r]].argmax(-1) == tokens[r][masked[r]]).sum()) for r in range(2)]
+        return ce, hits
+
+    with torch.random.fork_rng():  # (its initialization draws from the global RNG: left as it was)
+        head = torch.nn.Linear(5, 7)  # (with a bias)
+    hidden = torch.randn(2, length, 5, generator=generator)
+    with torch.no_grad():
+        fused = head(hidden)
+    cases = [(MaskedLMOutput(loss=torch.tensor(3.0), logits=logits), None, logits), ((logits,), None, logits)]
+    cases.append((MaskedLMOutput(logits=hidden), head, fused))
+    for output, fused_head, scores in cases:
+        with torch.device("meta"):  # as on a GPU: nothing may land on the default device
+            got_ce, got_hits, got_masked = metrics.row_scores(output, fused_head, drawn, shift=False)
+        ce, hits = expected(scores)
         assert got_ce.tolist() == pytest.approx(ce, abs=oracle.ATOL, rel=oracle.RTOL)
-        assert got_hits.tolist() == hits and got_masked.tolist() == [2, 3]
+        assert got_hits.tolist() == hits and got_masked.tolist() == masked.sum(dim=1).tolist()
