@@ -304,13 +304,14 @@ def run(args):
     )
     groups = sorted({tuple(t) for t in todo.values()})
     for tests in groups:
-        if tests != tuple(RANKS) and run_fresh(python, "fail", list(tests))[0] in (0, 4, 5):
+        missing = [t for t in tests if not os.path.exists(os.path.join(WORK, "mutants", t.partition("::")[0]))]
+        if missing:  # (pytest's usage error would read as a kill)
+            sys.exit(f"pass 2: mutmut's copy lacks {missing}: run pass 1 again, which copies the tests")
+        if tests != tuple(RANKS) and run_fresh(python, "fail", list(tests))[0] == 0:
             sys.exit(f"pass 2 cannot see mutants: {tests} pass with every mutated function failing")
     print(f"pass 2 on {args.label}: {len(todo)} mutants in fresh interpreters / launched ranks", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
         for mutant, (code, seconds) in zip(todo, pool.map(lambda m: run_fresh(python, mangled(m), todo[m]), todo)):
-            if code == 4:  # pytest's usage error (a test file missing from the copy, say): no verdict at all
-                sys.exit(f"pass 2: pytest could not run {todo[mutant]} for {mutant} (exit 4)")
             fate = "killed" if code not in (0, 5) else "survived"
             results[mutant] = {"pass": 2, "code": code, "fate": fate, "seconds": seconds}
             print(f"  {fate:8} {mutant} ({seconds} s)", flush=True)
