@@ -11,6 +11,8 @@ module.Class.method) reruns all of its mutants (renamed: `--mutants OLD NEW` als
 verdicts; a stopped `--mutants` run goes on with the same names and `--go-on`); `legs --only LEG` runs one leg. A run stopped part-way goes on where it stopped with `run --label L`
 alone: mutmut keeps each verdict under mutants/ as it comes (`make mutation` starts over: it removes mutants/).
 After functions changed, `legs --mutants NAMES` reruns theirs on each leg and keeps the leg's other verdicts.
+`run --label L --changed-since REV` runs every mutant of the functions changed since REV (the report's commit);
+with `--go-on` it goes on with a stopped one.
 
 `make mutation` runs both, on the chunked-shape release (.venv) and then on the legs of the other two code
 shapes (2026.10.4 dense, 2026.10.9 native: a patch set is only reachable on its own shape), which get the
@@ -226,10 +228,41 @@ def run_fresh(python, mutant, tests):
     return done.returncode, round(time.time() - started, 1)
 
 
+def changed_functions(base):
+    """The core's functions and methods (ours: module.function, module.Class.method) whose code differs from
+    commit `base`'s, or that it lacks: what a report stamped at `base` has not mutated."""
+    import ast
+
+    def functions(source, module):
+        found = {}
+        for node in ast.parse(source).body:
+            members = [(node.name + ".", m) for m in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
+            for prefix, member in members:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"{module}.{prefix}{member.name}"] = ast.dump(member)
+        return found
+
+    changed = []
+    for name in sorted(os.listdir(os.path.join(ROOT, "unsloth_diffusion_norm"))):
+        if not name.endswith(".py") or name == "__main__.py":
+            continue
+        path, stem = f"unsloth_diffusion_norm/{name}", name[: -len(".py")]
+        module = "unsloth_diffusion_norm" + ("" if stem == "__init__" else "." + stem)
+        now = functions(open(os.path.join(ROOT, path), encoding="utf-8").read(), module)
+        shown = subprocess.run(["git", "show", f"{base}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        then = functions(shown.stdout, module) if shown.returncode == 0 else {}
+        changed += [function for function, code in now.items() if then.get(function) != code]
+    return changed
+
+
 def run(args):
     global WORK
     WORK = os.path.abspath(args.workdir or ROOT)
     python = args.python or sys.executable
+    if args.changed_since:  # their mutants by exact name where mutmut has made them (so --go-on can skip decided)
+        functions = set(changed_functions(args.changed_since))
+        exact = sorted((m for m in mutmut_results() if function_of(m) in functions), key=order)
+        args.mutants = (args.mutants or []) + (exact or sorted(functions))
     env = {**os.environ, **SINGLE_THREADED, "UNSLOTH_ALLOW_CPU": "1"}
     started = time.time()
     names = []
@@ -711,6 +744,12 @@ def main(argv=None):
         action="store_true",
         help="with --mutants NAMES (exact names): run only those this work copy's mutants/ has no verdict for yet, "
         "as a stopped run goes on (mutmut reruns every mutant it is named); the results keep all of them",
+    )
+    r.add_argument(
+        "--changed-since",
+        metavar="REV",
+        help="with --mutants or alone: every mutant of the core's functions that changed since REV (the last report's "
+        "commit), e.g. `run --label L --changed-since 7c4899a --go-on` goes on with a stopped run of them",
     )
     r.add_argument(
         "--minutes",
