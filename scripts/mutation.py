@@ -132,6 +132,7 @@ FRESH = {
     "unsloth_diffusion_norm.metrics.EvalScores.named": GATHERED,
     "unsloth_diffusion_norm.metrics.EvalScores.add": GATHERED,
     "unsloth_diffusion_norm.evaluation.EvalOrder.finish": GATHERED,
+    "unsloth_diffusion_norm.metrics.observer": RANKS,
     "unsloth_diffusion_norm.metrics._kept": RANKS,
     "unsloth_diffusion_norm.metrics.own_steps": RANKS,
 }
