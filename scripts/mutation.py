@@ -232,28 +232,13 @@ def run_fresh(python, mutant, tests):
 def changed_functions(base):
     """The core's functions and methods (ours: module.function, module.Class.method) whose code differs from
     commit `base`'s, or that it lacks: what a report stamped at `base` has not mutated."""
-    import ast
 
-    def functions(source, module):
-        found = {}
-        for node in ast.parse(source).body:
-            members = [(node.name + ".", m) for m in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
-            for prefix, member in members:
-                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    found[f"{module}.{prefix}{member.name}"] = ast.dump(member)
-        return found
-
-    changed = []
-    for name in sorted(os.listdir(os.path.join(ROOT, "unsloth_diffusion_norm"))):
-        if not name.endswith(".py") or name == "__main__.py":
-            continue
-        path, stem = f"unsloth_diffusion_norm/{name}", name[: -len(".py")]
-        module = "unsloth_diffusion_norm" + ("" if stem == "__init__" else "." + stem)
-        now = functions(open(os.path.join(ROOT, path), encoding="utf-8").read(), module)
+    def at_base(path):
         shown = subprocess.run(["git", "show", f"{base}:{path}"], cwd=ROOT, capture_output=True, text=True)
-        then = functions(shown.stdout, module) if shown.returncode == 0 else {}
-        changed += [function for function, code in now.items() if then.get(function) != code]
-    return changed
+        return shown.stdout if shown.returncode == 0 else ""
+
+    then = function_code(at_base)
+    return [function for function, code in function_code().items() if then.get(function) != code]
 
 
 def run(args):
@@ -475,23 +460,29 @@ def result_files(labels=None):
     return [json.load(open(os.path.join(RESULTS, f))) for f in files if not labels or f[8:-5] in labels]
 
 
+def function_code(source_of=None):
+    """{qualified name: its ast dump} of the core's functions and of its module-level classes' methods;
+    `source_of(path)` gives a module's text (default: the checkout's)."""
+    import ast
+
+    found = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "unsloth_diffusion_norm"))):
+        if not name.endswith(".py"):
+            continue
+        path, stem = f"unsloth_diffusion_norm/{name}", name[: -len(".py")]
+        module = "unsloth_diffusion_norm" + ("" if stem == "__init__" else "." + stem)
+        source = source_of(path) if source_of else open(os.path.join(ROOT, path), encoding="utf-8").read()
+        for node in ast.parse(source, path).body:
+            members = [("", node)] if not isinstance(node, ast.ClassDef) else [(node.name + ".", m) for m in node.body]
+            for prefix, member in members:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"{module}.{prefix}{member.name}"] = ast.dump(member)
+    return found
+
+
 def core_functions():
     """The qualified names of the core's functions and of its module-level classes' methods, read with ast."""
-    import ast
-    import glob
-
-    found = set()
-    for path in glob.glob(os.path.join(ROOT, "unsloth_diffusion_norm", "*.py")):
-        stem = os.path.basename(path)[: -len(".py")]
-        module = "unsloth_diffusion_norm" + ("" if stem == "__init__" else "." + stem)
-        for node in ast.parse(open(path, encoding="utf-8").read(), path).body:
-            members = [("", node)] if not isinstance(node, ast.ClassDef) else [(node.name + ".", m) for m in node.body]
-            found |= {
-                f"{module}.{prefix}{member.name}"
-                for prefix, member in members
-                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
-            }
-    return found
+    return set(function_code())
 
 
 def forget(args):
