@@ -11,6 +11,7 @@ SLOWEST_FIRST = [
     "test_own_model.py",  # 120
     "multiprocess/test_data_parallel.py",  # 81
     "multiprocess/test_sharded.py",  # 74
+    "multiprocess/test_three_ranks.py",  # (the legs': split from test_data_parallel.py's 81)
     "test_field.py",  # 68
     "test_convergence.py",  # 56
     "test_oracle_cases.py",  # 41

@@ -1,7 +1,7 @@
-"""Real multi-process data parallel: 2 ranks under torchrun, 3 under `accelerate launch` (Gloo on CPU).
-Two launches run every case (a launch costs far more than a case); each rank judges itself against the
-oracle over all ranks' data with the same masks. The two-rank launch also runs the fuzzer's share of random
-two-rank cases (proof/fuzz.py rank_cases)."""
+"""Real multi-process data parallel: 2 ranks under torchrun (Gloo on CPU); 3 under `accelerate launch` are
+test_three_ranks.py's. One launch runs every two-rank case (a launch costs far more than a case); each rank judges
+itself against the oracle over all ranks' data with the same masks. The launch also runs the fuzzer's share of
+random two-rank cases (proof/fuzz.py rank_cases)."""
 
 import os
 
@@ -10,10 +10,12 @@ import pytest
 import unsloth_diffusion_norm
 from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.proof import data_parallel, fuzz, oracle
-from unsloth_diffusion_norm.proof.data_parallel import CASES, PLAN
+from unsloth_diffusion_norm.proof.data_parallel import PLAN
+from unsloth_diffusion_norm.proof.dp_cases import CASES as ALL_CASES
 
 pytestmark = pytest.mark.multiprocess
 NATIVE_RELEASE = unsloth_diffusion_norm.apply().mode == registry.NATIVE
+CASES = {name: case for name, case in ALL_CASES.items() if case.ranks == 2}
 # Random two-rank cases in the two-rank launch (about a second each; `make fuzz` draws more).
 DRAWN = {
     f"drawn-{i}": case
@@ -23,9 +25,8 @@ DRAWN = {
 
 @pytest.fixture(scope="module")
 def launched():
-    found = []
-    for ranks, (launcher, names) in PLAN.items():
-        found += data_parallel.launch(ranks, names, launcher, drawn=DRAWN if ranks == 2 else None)
+    launcher, names = PLAN[2]
+    found = data_parallel.launch(2, names, launcher, drawn=DRAWN)
     print("\n" + data_parallel.render(found))
     return {(r["case"], r["rank"]): r for r in found}
 
@@ -175,7 +176,7 @@ def test_on_a_natively_fixed_release_the_default_is_bitwise_unsloths_own_on_ever
 
 def test_global_rng_noise_under_data_parallel_is_said_once_on_rank_0(results):
     """One line per trainer built, on rank 0 only, at construction: no repeat per step, nothing on other ranks."""
-    for case in ("unequal-counts", "ga3-partial-last-window", "three-ranks"):
+    for case in ("unequal-counts", "ga3-partial-last-window"):
         world = CASES[case].ranks
         rows = sorted(ranks_of(results, case), key=lambda row: row["rank"])
         assert rows[0]["notes"] == [
