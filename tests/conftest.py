@@ -5,24 +5,24 @@ end (longest processing time first). The order within a file stays as it is."""
 import pytest
 
 # Seconds per file (tests/integration/), summed over its tests from pytest's junit report of `make test` on an
-# idle 2-core machine, 2026-12-06 (771 s in all, 405 s of wall); every other file after.
+# idle 2-core machine, 2026-12-07 (759 s in all, 400 s of wall); every other file after.
 SLOWEST_FIRST = [
-    "test_cli.py",  # 123
-    "test_own_model.py",  # 120
-    "multiprocess/test_data_parallel.py",  # 81
-    "multiprocess/test_sharded.py",  # 74
-    "multiprocess/test_three_ranks.py",  # (the legs': split from test_data_parallel.py's 81)
-    "test_field.py",  # 68
-    "test_convergence.py",  # 56
-    "test_oracle_cases.py",  # 41
-    "test_release.py",  # 34
-    "test_fuzz.py",  # 32
-    "test_bench.py",  # 30
-    "multiprocess/test_multi_node.py",  # 28
-    "test_doctor.py",  # 21
-    "test_noise.py",  # 20
-    "multiprocess/test_gathered.py",  # 14 (added since: measured on its own)
-    "test_evaluation.py",  # 13
+    "test_cli.py",  # 110
+    "multiprocess/test_sharded.py",  # 88
+    "test_own_model.py",  # 80
+    "test_field.py",  # 74
+    "multiprocess/test_data_parallel.py",  # 61
+    "test_convergence.py",  # 60
+    "multiprocess/test_three_ranks.py",  # the legs' (make test leaves it out): about 45 there
+    "test_oracle_cases.py",  # 43
+    "test_bench.py",  # 37
+    "test_release.py",  # 37
+    "multiprocess/test_multi_node.py",  # 31
+    "test_fuzz.py",  # 29
+    "test_doctor.py",  # 26
+    "test_noise.py",  # 23
+    "test_evaluation.py",  # 15
+    "multiprocess/test_gathered.py",  # 13
 ]
 
 
