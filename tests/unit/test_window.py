@@ -134,3 +134,22 @@ def test_a_window_divides_by_its_count_and_scales_the_loss_alone():
     assert scaled.divide(loss_of)[0].item() == 8.0 and scaled.divide(loss_of)[1:] == ("outputs", {"masked_ce": 1.5})
     same = (torch.tensor(1.0), None, {})
     assert window.divide(lambda count: same) is same
+
+
+def test_a_ranks_window_summary_is_exact_and_on_the_counts_device():
+    """metrics.summary, what a rank hands the others: every count exact past float32's 2**24 (a slot with none:
+    ABSENT), the rows' levels read from a one-token batch, and every tensor on the counts' device, also under
+    another default device (a GPU run's data beside a CPU default: here the meta device)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from unsloth_diffusion_norm import metrics
+
+    many = 2**24 + 1  # float32 rounds it to 2**24
+    noises = [SimpleNamespace(p_mask=torch.full((many - 1, 1), 0.25)), SimpleNamespace(p_mask=torch.full((1, 1), 0.25))]
+    counts = torch.tensor([many, 3])
+    with torch.device("meta"):
+        found = metrics.summary(noises, counts, 3)
+    expected = [many, 3, metrics.ABSENT, 0.25 * many, 0.0625 * many, many]
+    assert found.dtype == torch.float64 and found.device == counts.device and found.tolist() == expected
