@@ -51,6 +51,17 @@ def test_evaluating_never_changes_what_a_seeded_run_trains(arms):
     )
 
 
+def test_an_evaluation_between_training_logs_leaves_a_per_micro_batch_runs_metrics_to_the_next_one(plugin):
+    """A per-micro-batch run ('microbatch': the release draws inside its loss) logging every 2 steps and evaluating
+    at every step, under the fixed evaluation noise that leaves training as it was: each training log carries the
+    metrics of both its steps, as the run that never evaluates logs them (the evaluation's log between them takes
+    none of them)."""
+    flags = dict(diffusion_loss_normalization="microbatch", logging_steps=2, **FIXED)
+    plain, evaluated = _train(**flags), _train(**EVERY_STEP, **flags)
+    logs = [[window.logs for window in run.windows] for run in (plain, evaluated)]
+    assert logs[0][0] is None and set(oracle.METRIC_NAMES) <= set(logs[0][1]) and logs[0] == logs[1]
+
+
 def test_two_evaluations_of_the_same_weights_are_bitwise_equal(arms):
     first, second = _evaluate_twice(arms["fixed"][0])
     assert first == second
