@@ -62,6 +62,21 @@ def test_an_evaluation_between_training_logs_leaves_a_per_micro_batch_runs_metri
     assert logs[0][0] is None and set(oracle.METRIC_NAMES) <= set(logs[0][1]) and logs[0] == logs[1]
 
 
+def test_a_per_micro_batch_runs_compute_loss_takes_its_arguments_by_keyword_too(plugin):
+    """Trainer.compute_loss called as a user's subclass may call it, by keyword: the same loss, bit for bit, as the
+    positional call Trainer makes (the patched class's wrapper reads both)."""
+    trainer = _train(eval_examples=None, diffusion_loss_normalization="microbatch").trainer
+    batch = next(iter(trainer.get_train_dataloader()))
+    losses = []
+    for call in (
+        lambda: trainer.compute_loss(trainer.model, dict(batch)),
+        lambda: trainer.compute_loss(model=trainer.model, inputs=dict(batch)),
+    ):
+        torch.manual_seed(0)
+        losses.append(call().detach())
+    assert torch.equal(*losses) and losses[0] > 0
+
+
 def test_two_evaluations_of_the_same_weights_are_bitwise_equal(arms):
     first, second = _evaluate_twice(arms["fixed"][0])
     assert first == second
