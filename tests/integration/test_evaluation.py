@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import unsloth_diffusion_norm
-from unsloth_diffusion_norm import metrics, registry
+from unsloth_diffusion_norm import registry
 from unsloth_diffusion_norm.proof import experiment, judging, oracle
 from unsloth_diffusion_norm.proof.fixtures import MASK_ID, Example, equal_answers
 
@@ -65,8 +65,8 @@ def test_an_evaluation_between_training_logs_leaves_a_per_micro_batch_runs_metri
 def test_a_per_micro_batch_runs_compute_loss_takes_its_arguments_by_keyword_too(plugin):
     """Trainer.compute_loss called as a user's subclass may call it, by keyword: the same loss, bit for bit, as the
     positional call Trainer makes (the patched class's wrapper reads both). The draws it observed wait for the
-    next log, which takes them on the run's device whatever the default device (a GPU run's beside a CPU default:
-    here the meta device)."""
+    next log (here called by keyword too), which takes them on the run's device whatever the default device (a GPU
+    run's beside a CPU default: here the meta device)."""
     trainer = _train(eval_examples=None, diffusion_loss_normalization="microbatch").trainer
     batch = next(iter(trainer.get_train_dataloader()))
     losses = []
@@ -77,10 +77,10 @@ def test_a_per_micro_batch_runs_compute_loss_takes_its_arguments_by_keyword_too(
         torch.manual_seed(0)
         losses.append(call().detach())
     assert torch.equal(*losses) and losses[0] > 0
-    sink = trainer._diffusion_metrics
     with torch.device("meta"):
-        metrics.before_log(trainer, {"loss": losses[0].item()})
-    assert all(type(sink[f"train/{name}"][0]) is float for name in oracle.METRIC_NAMES)
+        trainer.log(logs={"loss": losses[0].item()})  # (log, by keyword too)
+    logged = trainer.state.log_history[-1]
+    assert all(type(logged[name]) is float for name in oracle.METRIC_NAMES), logged
 
 
 def test_two_evaluations_of_the_same_weights_are_bitwise_equal(arms):
