@@ -90,3 +90,17 @@ def test_doctor_says_whether_the_run_a_config_describes_is_affected_and_why():
     assert words(registry.PATCHED, False, 8, displaced=("A.b",)).startswith(" is affected")  # the fix is not whole
     for mode in (registry.NATIVE, registry.DISABLED, registry.BROKEN):  # the release's own loss is right
         assert words(mode, True, 8) == " is normalized by its window's masked tokens by the release itself."
+
+
+def test_the_samples_table_is_markdown_word_for_word():
+    """samples.table, what TensorBoard's text tab shows: a row per sample, a pipe in a cell escaped, a line break
+    a space, nothing (a missing reference) an empty cell."""
+    from unsloth_diffusion_norm import samples
+
+    rows = [
+        {"index": 0, "prompt": "a|b", "sample": "one\ntwo", "reference": None},
+        {"index": 7, "prompt": "", "sample": None, "reference": "r"},
+    ]
+    assert samples.table(rows) == (
+        "| # | prompt | sample | reference |\n|---|---|---|---|\n| 0 | a\\|b | one two |  |\n| 7 |  |  | r |"
+    )
