@@ -116,6 +116,7 @@ FRESH = {
     "unsloth_diffusion_norm.construction._refuse_flags": DISABLED,
     "unsloth_diffusion_norm.window.data_parallel_rule": RANKS,
     "unsloth_diffusion_norm.window.counting_rule": RANKS,
+    "unsloth_diffusion_norm.window.trainer_counting": RANKS,  # (one process: no replicas, whatever it reads)
     "unsloth_diffusion_norm.window.Window.noise": RANKS,
     "unsloth_diffusion_norm.window.Window.divide": RANKS,
     "unsloth_diffusion_norm.per_sample.DataOrder.tag": RANKS,
