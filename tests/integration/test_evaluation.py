@@ -51,23 +51,32 @@ def test_evaluating_never_changes_what_a_seeded_run_trains(arms):
     )
 
 
-def test_an_evaluation_between_training_logs_leaves_a_per_micro_batch_runs_metrics_to_the_next_one(plugin):
-    """A per-micro-batch run ('microbatch': the release draws inside its loss) logging every 2 steps and evaluating
-    at every step, under the fixed evaluation noise that leaves training as it was: each training log carries the
-    metrics of both its steps, as the run that never evaluates logs them (the evaluation's log between them takes
-    none of them)."""
+@pytest.fixture(scope="module")
+def per_micro_batch():
+    """A per-micro-batch run ('microbatch': the release draws inside its loss) logging every 2 steps, and the same
+    run evaluating at every step under the fixed evaluation noise that leaves training as it was: (their training
+    logs, the first run's trainer)."""
+    unsloth_diffusion_norm.apply()
     flags = dict(diffusion_loss_normalization="microbatch", logging_steps=2, **FIXED)
-    plain, evaluated = _train(**flags), _train(**EVERY_STEP, **flags)
-    logs = [[window.logs for window in run.windows] for run in (plain, evaluated)]
+    runs = _train(**flags), _train(**EVERY_STEP, **flags)
+    return [[window.logs for window in run.windows] for run in runs], runs[0].trainer
+
+
+def test_an_evaluation_between_training_logs_leaves_a_per_micro_batch_runs_metrics_to_the_next_one(
+    plugin, per_micro_batch
+):
+    """Each training log carries the metrics of both its steps, as the run that never evaluates logs them (the
+    evaluation's log between them takes none of them)."""
+    logs, _ = per_micro_batch
     assert logs[0][0] is None and set(oracle.METRIC_NAMES) <= set(logs[0][1]) and logs[0] == logs[1]
 
 
-def test_a_per_micro_batch_runs_compute_loss_takes_its_arguments_by_keyword_too(plugin):
+def test_a_per_micro_batch_runs_compute_loss_takes_its_arguments_by_keyword_too(plugin, per_micro_batch):
     """Trainer.compute_loss called as a user's subclass may call it, by keyword: the same loss, bit for bit, as the
     positional call Trainer makes (the patched class's wrapper reads both). The draws it observed wait for the
     next log (here called by keyword too), which takes them on the run's device whatever the default device (a GPU
     run's beside a CPU default: here the meta device)."""
-    trainer = _train(eval_examples=None, diffusion_loss_normalization="microbatch").trainer
+    _, trainer = per_micro_batch
     batch = next(iter(trainer.get_train_dataloader()))
     losses = []
     for call in (
