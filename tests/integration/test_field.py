@@ -99,7 +99,8 @@ BAD_VALUES = {
     "diffusion_eval_noise": ("random", "must be 'fixed' or None"),
     "diffusion_eval_draws": ("0", "must be a whole number of draws, 1 or more"),
     "diffusion_t_sampler": ("uniform", "must be 'stratified' or None"),
-    "diffusion_complementary_masks": ("maybe", "must be True or False"),
+    "diffusion_complementary_masks": ("maybe", "must be True or False (the default)"),
+    "diffusion_metrics": ("maybe", "must be True (the default) or False"),
     "diffusion_eval_buckets": ("0", "must be a whole number of buckets, 1 or more"),
     "diffusion_eval_samples": ("0", "must be a whole number of samples, 1 or more"),
 }
