@@ -481,17 +481,12 @@ def function_code(source_of=None):
     return found
 
 
-def core_functions():
-    """The qualified names of the core's functions and of its module-level classes' methods, read with ast."""
-    return set(function_code())
-
-
 def forget(args):
     """Drop from every result file the verdicts of functions the core no longer has (moved or renamed: their
     new names' mutants run with `run --mutants NEW`), and, where the checkout's mutants/ holds the mutants of
     today's core, of mutant numbers it no longer has (a function that changed has fewer); the report then
     describes only code the core holds."""
-    core = core_functions()
+    core = set(function_code())  # the core's functions and methods, by name
     existing = set(mutmut_results())  # every mutant of the core as mutants/ has it (empty without mutants/)
     for name in sorted(f for f in os.listdir(RESULTS) if f.startswith("results-") and f.endswith(".json")):
         path = os.path.join(RESULTS, name)
