@@ -15,9 +15,29 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     )
 
 import pytest  # noqa: E402
-import unsloth  # noqa: E402,F401
 
 from unsloth_diffusion_norm import registry  # noqa: E402
+
+
+def pytest_configure(config):
+    """Unsloth imported (the plugin's hooks patch it) in each process that runs tests, before any test module;
+    not in pytest-xdist's controller, which runs none: every leg's pytest would pay a serial `import unsloth`
+    (seconds) before its workers start."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import unsloth  # noqa: F401
+
+    global MODE
+    MODE = unsloth_diffusion_norm.status().mode
+
+
+MODE = None  # what the plugin made of the installed release, in a process that runs tests
+
+
+def pytest_itemcollected(item):
+    # In the junit report of each test (scripts/matrix.py reads the leg's mode from it: no process of its own).
+    item.user_properties.append(("plugin_mode", MODE))
+
 
 EXPECTED_MODE = fixtures.expected_mode()
 if EXPECTED_MODE == registry.UNSUPPORTED:

@@ -118,3 +118,20 @@ def test_a_leg_name_the_matrix_does_not_have_is_refused_before_anything_runs_or_
             matrix.main([flag, "unsloth-2026.10.99", "--table-only"])
         assert refused.value.code == 2 and "no leg named unsloth-2026.10.99" in capsys.readouterr().err
     assert not (store / "matrix.json").exists()
+
+
+def test_a_legs_mode_is_read_from_its_junit_report_where_its_tests_wrote_it(tmp_path):
+    matrix = script("matrix")
+    case = '<testcase classname="tests.integration.test_release" name="{name}">{properties}</testcase>'
+    written = '<properties><property name="plugin_mode" value="native" /></properties>'
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        f'<testsuites><testsuite name="pytest" tests="2">{case.format(name="a", properties="")}'
+        f"{case.format(name='b', properties=written)}</testsuite></testsuites>"
+    )
+    assert matrix.junit_mode(str(junit)) == "native"
+    junit.write_text(
+        f'<testsuites><testsuite name="pytest" tests="1">{case.format(name="a", properties="")}</testsuite></testsuites>'
+    )
+    assert matrix.junit_mode(str(junit)) is None  # no test ran in the package's tier: the leg asks `status`
+    assert matrix.junit_mode(str(tmp_path / "absent.xml")) is None
