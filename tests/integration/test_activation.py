@@ -132,9 +132,9 @@ def test_a_trainer_built_with_positional_arguments_is_set_up_as_with_keywords(pl
     assert any(isinstance(c, per_sample.DataOrder) for c in trainer.callback_handler.callbacks)
 
 
-def test_unpatch_gives_a_trainer_built_before_it_back_to_the_release(plugin, tmp_path):
+def test_unpatch_gives_a_trainer_built_before_it_back_to_the_release_down_to_its_log(plugin, tmp_path):
     """Its own patches (2026.10.7+), its DataOrder callback and all the plugin kept on it are gone; a later
-    apply() does not set it up again."""
+    apply() does not set it up again, and its log (the class-level patch back) is the release's."""
     from unsloth_diffusion_norm import per_sample
 
     trainer = _construct(tmp_path, nemotron(), diffusion_noise="per_sample")
@@ -150,6 +150,8 @@ def test_unpatch_gives_a_trainer_built_before_it_back_to_the_release(plugin, tmp
     unsloth_diffusion_norm.apply()
     assert registry.PER_TRAINER not in vars(trainer)
     assert not any(name.startswith("DiffusionTrainer at ") for name, _ in unsloth_diffusion_norm.status().patches)
+    trainer.log({"loss": 1.0})  # the class-level log patch, back, finds nothing of ours on it: the release's log
+    assert trainer.state.log_history[-1]["loss"] == 1.0 and registry.PER_TRAINER not in vars(trainer)
 
 
 @patched_only
