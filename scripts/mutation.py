@@ -38,7 +38,6 @@ number), in every table here, the result files, equivalent.txt and the report. m
 """
 
 import argparse
-import dataclasses
 import fnmatch
 import json
 import os
@@ -410,8 +409,9 @@ def legs(args):
     import matrix
 
     for name in args.only or LEGS:
-        # DeepSpeed is not needed here (the launched-rank tiers are not part of a leg's mutation run).
-        leg = dataclasses.replace(next(leg for leg in matrix.LEGS if leg.name == name), sharded=False)
+        # The matrix's own environment, reused as it is (DeepSpeed included where the leg has it: built without it,
+        # the stamp would differ and the matrix's leg would be built again).
+        leg = next(leg for leg in matrix.LEGS if leg.name == name)
         where, log = os.path.join(ROOT, ".matrix", name), os.path.join(ROOT, ".matrix", name + ".mutation.log")
         if not matrix.build(leg, where, log):
             sys.exit(f"could not build {name}: see {log}")
