@@ -39,24 +39,23 @@ HEADER = [
 def render(results):
     """One row per case: counts per rank, loss vs reference, worst errors over ranks and windows; then the
     resumed, the upstream-compared and the evaluated cases, each in a table of its own where there are any."""
-    lines = tables.markdown(HEADER, [_row(name, rows) for name, rows in _by_case(results).items()])
+    lines = tables.markdown(HEADER, [_row(name, rows) for name, rows in by_case(results).items()])
     for extra in (_resumed(results), _compared(results), _evaluated(results)):
         if extra:
             lines += ["", *extra]
     return "\n".join(lines)
 
 
-def _by_case(results):
-    """{case: its ranks' results}, in the order the cases first appear."""
-    by_case = {}
-    for r in results:
-        by_case.setdefault(r["case"], []).append(r)
-    return by_case
+def by_case(results):
+    """{case: its ranks' results, by rank}, in the order the cases first appear."""
+    found = {}
+    for r in sorted(results, key=lambda r: r["rank"]):  # (stable: the cases keep their order)
+        found.setdefault(r["case"], []).append(r)
+    return found
 
 
 def _row(name, rows):
-    """A case's row of the main table, over its ranks' results (sorted here by rank)."""
-    rows.sort(key=lambda r: r["rank"])
+    """A case's row of the main table, over its ranks' results (by rank)."""
     first = rows[0]
     counts = " / ".join(" ".join(f"r{k}:{c}" for k, c in enumerate(window)) for window in first["counts"])
     loss = " / ".join(f"{x:.6f}" for x in first["logged_loss"])

@@ -28,10 +28,7 @@ MULTI_NODE = [
 def two_nodes():
     found = data_parallel.launch(2, MULTI_NODE, nodes=2)
     print("\n" + data_parallel.render(found))
-    rows = {}
-    for row in found:
-        rows.setdefault(row["case"], []).append(row)
-    return {case: sorted(group, key=lambda row: row["rank"]) for case, group in rows.items()}
+    return data_parallel.by_case(found)
 
 
 def test_each_node_has_local_rank_0_and_its_own_global_rank(two_nodes):

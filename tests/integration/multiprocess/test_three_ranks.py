@@ -20,9 +20,7 @@ def rows():
     launcher, names = PLAN[3]
     found = data_parallel.launch(3, names, launcher)
     print("\n" + data_parallel.render(found))
-    by_case = {}
-    for row in sorted(found, key=lambda row: row["rank"]):
-        by_case.setdefault(row["case"], []).append(row)
+    by_case = data_parallel.by_case(found)
     assert {case: len(ranks) for case, ranks in by_case.items()} == dict.fromkeys(PLAN[3][1], 3)
     return by_case
 
