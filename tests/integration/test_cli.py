@@ -361,6 +361,13 @@ def is_rank(command):
     )
 
 
+def importing_torch(process):
+    """torch's library mapped into the process: its imports are under way (an event, not a guessed delay)."""
+    with contextlib.suppress(psutil.Error):
+        return any("libtorch" in os.path.basename(m.path) for m in process.memory_maps())
+    return False
+
+
 def still_running(processes):
     def alive(process):
         try:
@@ -395,9 +402,8 @@ def test_ctrl_c_while_the_bench_ranks_are_up_stops_every_process_it_started_and_
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             workers[:] = [p for p in psutil.Process(child.pid).children(recursive=True) if is_rank(command_line(p))]
-            if len(workers) == 2:
-                time.sleep(3)  # both ranks importing Unsloth: where the old code leaked them
-                return True
+            if len(workers) == 2 and all(map(importing_torch, workers)):
+                return True  # both ranks importing torch and Unsloth: where the old code leaked them
             time.sleep(0.1)
         raise AssertionError("the bench's 2 ranks never appeared")
 

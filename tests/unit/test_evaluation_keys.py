@@ -95,3 +95,29 @@ def test_a_parser_converts_with_the_flags_own_rule_and_says_what_is_wrong_in_one
     for bad in ("0", "two", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a whole number of draws"):
             draws(bad)
+
+
+@pytest.mark.parametrize("fused_head", [False, True])
+def test_an_evaluations_row_scores_are_exact_past_two_chunks_of_masked_tokens(fused_head):
+    """More masked tokens than two chunks of the head (metrics.CHUNK at a time): every token scored once, as one
+    cross-entropy over them all says, per row; from the logits, or the hidden states through a fused head."""
+    from unsloth_diffusion_norm import metrics
+    from unsloth_diffusion_norm.proof.oracle import TOLERANCES
+
+    atol, rtol = TOLERANCES["fp32"]  # fp32 logits: the one tolerance of the project
+    generator = torch.Generator().manual_seed(0)
+    rows, length, vocab, hidden = 2, metrics.CHUNK + 300, 7, 5
+    masked = torch.rand(rows, length, generator=generator) < 0.9  # about 1,460 masked tokens in all
+    input_ids = torch.randint(vocab, (rows, length), generator=generator)
+    head = torch.nn.Linear(hidden, vocab) if fused_head else None
+    states = torch.randn(rows, length, hidden if fused_head else vocab, generator=generator)
+    logits = head(states).detach() if fused_head else states
+    output = SimpleNamespace(logits=states)
+    drawn = SimpleNamespace(masked=masked, input_ids=input_ids)
+    ce, hits, count = metrics.row_scores(output, head, drawn, shift=False)
+    assert masked.sum() > 2 * metrics.CHUNK
+    for row in range(rows):
+        chosen, wanted = logits[row][masked[row]], input_ids[row][masked[row]]
+        expected = torch.nn.functional.cross_entropy(chosen.double(), wanted, reduction="sum")
+        torch.testing.assert_close(ce[row], expected, rtol=rtol, atol=atol)
+        assert hits[row] == metrics.hit(chosen, wanted).sum() and count[row] == masked[row].sum()
