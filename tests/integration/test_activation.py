@@ -155,6 +155,22 @@ def test_unpatch_gives_a_trainer_built_before_it_back_to_the_release_down_to_its
 
 
 @patched_only
+def test_a_direct_loss_call_draws_one_mask_per_example_where_the_run_asks_for_mask_pairs(plugin, tmp_path):
+    """Mask pairs are training's draws: compute_loss called outside training (no window) draws as the release
+    does, the same loss from the same RNG state with the pairs asked or not."""
+    import torch
+
+    trainer = _construct(tmp_path, nemotron(), diffusion_complementary_masks=True)
+    batch = next(iter(trainer.get_train_dataloader()))
+    losses = []
+    for pairs in (True, False):
+        trainer.args.diffusion_complementary_masks = pairs
+        torch.manual_seed(0)
+        losses.append(trainer.compute_loss(trainer.model, batch).detach())
+    assert torch.equal(*losses)
+
+
+@patched_only
 @pytest.mark.parametrize("normalization", [None, "microbatch"])
 def test_get_batch_samples_takes_trainers_own_keywords(plugin, tmp_path, normalization):
     """Trainer's signature, keywords included: the window (its default here), or Trainer's own answer."""
