@@ -104,3 +104,19 @@ def test_the_samples_table_is_markdown_word_for_word():
     assert samples.table(rows) == (
         "| # | prompt | sample | reference |\n|---|---|---|---|\n| 0 | a\\|b | one two |  |\n| 7 |  |  | r |"
     )
+
+
+def test_a_prompt_of_ones_own_gets_what_fits_after_it_and_a_missing_limit_is_none():
+    """samples._room: PROMPT_ANSWER tokens, or fewer where the run's max_length or the model's positions end
+    sooner (none where the prompt fills them); arguments or a model config without such a limit limit nothing."""
+    from types import SimpleNamespace
+
+    from unsloth_diffusion_norm import samples
+
+    prompt, full = [5] * 10, samples.PROMPT_ANSWER
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=16))
+    assert samples._room(model, SimpleNamespace(max_length=12), prompt) == 2
+    assert samples._room(model, SimpleNamespace(max_length=None), prompt) == 6
+    assert samples._room(model, SimpleNamespace(max_length=8), prompt) == 0
+    assert samples._room(SimpleNamespace(), SimpleNamespace(), prompt) == full  # (a model without a config too)
+    assert samples._room(SimpleNamespace(config=SimpleNamespace()), SimpleNamespace(max_length=None), prompt) == full
