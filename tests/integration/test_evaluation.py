@@ -2,8 +2,10 @@
 oracle's, with the keyed masks realized), and evaluating never changes what a seeded run trains. Each property
 is shown failing with the field unset (the release's own draws from the global RNG), so that it can fail."""
 
+import copy
 import os
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -486,6 +488,21 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
             assert row["tokens"] == (expected if answer else []), max_length
     finally:
         run.trainer.args.max_length = kept
+    # the [MASK] id the run's arguments set, Dream's shifted logits, a processor's text tokenizer: the run's own
+    trainer, tokenizer, profile = run.trainer, run.trainer.processing_class, run.trainer.diffusion_profile
+    other, set_before = MASK_ID - 1, trainer.args.diffusion_mask_token_id
+    shifted = copy.copy(profile)
+    shifted.shift_logits = True
+    trainer.args.diffusion_mask_token_id, trainer.diffusion_profile = other, shifted
+    trainer.processing_class = SimpleNamespace(tokenizer=tokenizer)  # (what a processor holds its text tokenizer as)
+    try:
+        (row,) = samples.samples_of(trainer)
+    finally:
+        trainer.args.diffusion_mask_token_id, trainer.diffusion_profile = set_before, profile
+        trainer.processing_class = tokenizer
+    answer = 64 - len(prompt)
+    expected = oracle.low_confidence_decode(run.reference_model, prompt, answer, other, samples.STEPS, shift=True)
+    assert (row["prompt"], row["tokens"]) == ("w56 w57", expected)
 
 
 def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_the_forward_returns(plugin):
