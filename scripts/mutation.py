@@ -288,10 +288,16 @@ def run(args):
         decided = {mangled(m) for m, code in mutmut_results().items() if code is not None}
         selection = [p for p in selection if p not in decided]
         print(f"going on: {len(selection)} of them not decided yet in {os.path.relpath(WORK, ROOT)}", flush=True)
-    stopped = _mutmut_run(
-        [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection],
-        env,
-        args.minutes,
+    # Going on with nothing left undecided: no pass 1 (mutmut named nothing runs every mutant it has not decided,
+    # those of the functions that did not change included), straight to pass 2.
+    stopped = (
+        _mutmut_run(
+            [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection],
+            env,
+            args.minutes,
+        )
+        if selection or not args.go_on
+        else False
     )
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
     if args.alive_from:  # a leg answers only for what it was given
