@@ -153,3 +153,26 @@ def test_a_ranks_window_summary_is_exact_and_on_the_counts_device():
         found = metrics.summary(noises, counts, 3)
     expected = [many, 3, metrics.ABSENT, 0.25 * many, 0.0625 * many, many]
     assert found.dtype == torch.float64 and found.device == counts.device and found.tolist() == expected
+
+
+def test_the_runs_metrics_count_each_batch_once_where_tensor_parallel_ranks_hold_the_same_one():
+    """metrics.observer and a run's per-trainer metric records (metrics._kept) take the plugin's counting rule: TP
+    pairs hold one batch, so the processes' counts are summed over 2 replicas; upstream's rule (2026.10.7+, whose
+    own loss multiplies by every process) sums them all."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from unsloth_diffusion_norm import metrics
+
+    class Trainer:  # (a per-trainer record is kept on the trainer object itself)
+        pass
+
+    trainer = Trainer()
+    vars(trainer).update(vars(trainer_on(4, dict(dp_shard_size=2, tp_size=2))))
+    rows = [SimpleNamespace(p_mask=torch.tensor([[0.5]]))]
+    for upstream, replicas in ((False, 2), (True, 1)):
+        count, _ = metrics.observer(trainer, upstream)(1)(rows, torch.tensor([10]))
+        assert count == (10 + 11 + 12 + 13) // replicas, upstream
+    assert metrics.observer(trainer)(1)(rows, torch.tensor([10]))[0] == (10 + 11 + 12 + 13) // 2  # (the default)
+    assert metrics._kept(trainer, "own_steps", lambda accelerator, replicas: replicas) == 2
