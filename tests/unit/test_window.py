@@ -171,8 +171,12 @@ def test_the_runs_metrics_count_each_batch_once_where_tensor_parallel_ranks_hold
     trainer = Trainer()
     vars(trainer).update(vars(trainer_on(4, dict(dp_shard_size=2, tp_size=2))))
     rows = [SimpleNamespace(p_mask=torch.tensor([[0.5]]))]
+    everyone = trainer.accelerator.gather(metrics.summary(rows, torch.tensor([10]), 1)[None])  # every rank's
     for upstream, replicas in ((False, 2), (True, 1)):
-        count, _ = metrics.observer(trainer, upstream)(1)(rows, torch.tensor([10]))
-        assert count == (10 + 11 + 12 + 13) // replicas, upstream
+        count, found = metrics.observer(trainer, upstream)(1)(rows, torch.tensor([10]))
+        assert count == (10 + 11 + 12 + 13) // replicas and count.dtype == torch.int64, upstream
+        assert {k: v.item() for k, v in found.items()} == {
+            k: v.item() for k, v in metrics.of(everyone, 1, count).items()
+        }
     assert metrics.observer(trainer)(1)(rows, torch.tensor([10]))[0] == (10 + 11 + 12 + 13) // 2  # (the default)
     assert metrics._kept(trainer, "own_steps", lambda accelerator, replicas: replicas) == 2
