@@ -179,4 +179,7 @@ def test_the_runs_metrics_count_each_batch_once_where_tensor_parallel_ranks_hold
             k: v.item() for k, v in metrics.of(everyone, 1, count).items()
         }
     assert metrics.observer(trainer)(1)(rows, torch.tensor([10]))[0] == (10 + 11 + 12 + 13) // 2  # (the default)
-    assert metrics._kept(trainer, "own_steps", lambda accelerator, replicas: replicas) == 2
+    trainer.args.gradient_accumulation_steps = 3
+    steps = metrics.own_steps(trainer)  # (kept on the trainer: made once, with its accelerator and count rule)
+    assert (steps.accelerator, steps.replicas, steps.slots) == (trainer.accelerator, 2, 3)
+    assert metrics.own_steps(trainer) is steps
