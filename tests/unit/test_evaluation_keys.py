@@ -121,3 +121,21 @@ def test_an_evaluations_row_scores_are_exact_past_two_chunks_of_masked_tokens(fu
         expected = torch.nn.functional.cross_entropy(chosen.double(), wanted, reduction="sum")
         torch.testing.assert_close(ce[row], expected, rtol=rtol, atol=atol)
         assert hits[row] == metrics.hit(chosen, wanted).sum() and count[row] == masked[row].sum()
+
+
+def test_an_evaluations_bucket_sums_take_the_profiles_shift():
+    """EvalScores.add scores with the shift it is given (Dream's: position i's logits predict token i + 1): its
+    sums are those of row_scores with that shift."""
+    from unsloth_diffusion_norm import metrics
+
+    generator = torch.Generator().manual_seed(1)
+    masked = torch.rand(2, 9, generator=generator) < 0.5
+    drawn = SimpleNamespace(
+        masked=masked, input_ids=torch.randint(6, (2, 9), generator=generator), p_mask=torch.tensor([[0.2], [0.7]])
+    )
+    output = SimpleNamespace(logits=torch.randn(2, 9, 6, generator=generator))
+    scores = metrics.EvalScores(2)
+    scores.add(output, None, drawn, True)
+    ce, hits, count = metrics.row_scores(output, None, drawn, True)
+    assert torch.equal(scores.sums, torch.cat([ce, count, hits.sum()[None], count.sum()[None]]))  # bucket k: row k
+    assert not torch.equal(ce, metrics.row_scores(output, None, drawn, False)[0])
