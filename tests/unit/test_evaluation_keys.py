@@ -139,3 +139,14 @@ def test_an_evaluations_bucket_sums_take_the_profiles_shift():
     ce, hits, count = metrics.row_scores(output, None, drawn, True)
     assert torch.equal(scores.sums, torch.cat([ce, count, hits.sum()[None], count.sum()[None]]))  # bucket k: row k
     assert not torch.equal(ce, metrics.row_scores(output, None, drawn, False)[0])
+
+
+def test_an_evaluations_spread_is_exact_past_2_to_the_24_rows():
+    """EvalOrder.finish in float64 throughout: a rank's row count past 2**24 (where float32 rounds) still divides
+    each draw's sum exactly."""
+    order = evaluation.EvalOrder()
+    order.rows = 2**24 + 1
+    order.draw_sums = torch.tensor([3.0 * order.rows, 5.0 * order.rows + 1], dtype=torch.float64)
+    found = order.finish(SimpleNamespace(device=torch.device("cpu"), num_processes=1), 2, "eval")
+    expected = (order.draw_sums / torch.tensor(float(order.rows), dtype=torch.float64)).std()
+    assert found == {"eval_loss_draw_std": float(expected), "eval_loss_stderr": float(expected / 2**0.5)}
