@@ -75,6 +75,8 @@ def test_the_rule_bound_to_a_trainer_gathers_once_and_counts_each_batch_once():
     assert scale == 4 and reduce(torch.tensor(10)) == 10 + 11 + 12 + 13
     reduce, scale = data_parallel_rule(trainer_on(2, average=False))  # rank-local, as asked: no collective
     assert scale == 1 and reduce(torch.tensor(10)) == 10
+    big = data_parallel_rule(trainer_on(2))[0](torch.tensor(2**24 + 1))  # a count past float32's whole numbers
+    assert big == 2**25 + 3 and big.dtype == torch.int64
 
 
 def test_a_window_that_runs_out_of_data_keeps_what_it_got_in_order():
