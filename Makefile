@@ -35,10 +35,10 @@ reproduce: setup
 # (tests/conftest.py): most of the suite's time
 # is single-threaded (process start-up, `import unsloth`), so the second core halves it.
 WORKERS ?= 2
-# The three-rank launch (marker three_ranks) is the dense and native legs' (`make matrix`): the rule it checks is
-# shared by every loss shape.
+# The three-rank and two-node launches (markers three_ranks, multi_node) are the dense and native legs'
+# (`make matrix`): the counting rule and per-sample keys they check are shared by every loss shape.
 TEST := $(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
-	-m "not three_ranks"
+	-m "not three_ranks and not multi_node"
 
 test: setup
 	$(TEST)

@@ -33,8 +33,8 @@ class Leg:
     trl: str
     note: str
     # Which tiers this leg runs (a pytest -m expression, and paths): the tiers that tell releases apart.
-    # `make test` runs everything on 2026.10.6 / 5.17 / 1.15 but the three-rank launch (three_ranks: the other
-    # shapes'); the launched-rank tier (multiprocess) runs again on one leg per other code shape, the DeepSpeed /
+    # `make test` runs everything on 2026.10.6 / 5.17 / 1.15 but the three-rank and two-node launches (three_ranks,
+    # multi_node: the other shapes'); the launched-rank tier (multiprocess) runs again on one leg per other code shape, the DeepSpeed /
     # FSDP2 one (sharded) on the native leg, and our release-independent tooling checks (once) nowhere else.
     select: str = "not multiprocess and not once"
     paths: tuple = ()
@@ -104,11 +104,13 @@ LEGS = [
         "2026.10.4",
         "5.17.0",
         "1.15.0",
-        "dense cross-entropy shape: launched ranks, evaluation, the families (its other tiers: the oldest stack)",
-        # The node dimension (multi_node) exercises the counting rule and the per-sample keys, which the dense
-        # shape shares with the chunked one (make test) and which the native leg runs again. What the 4.56 leg
-        # below runs on this shape runs there only: on 5.17 / 1.15 the patched Trainer loop is `make test`'s.
-        select="not sharded and not once and not multi_node",
+        "dense cross-entropy shape: launched ranks (two nodes too), evaluation, the families (its other tiers: the "
+        "oldest stack)",
+        # The node dimension (multi_node) and three ranks exercise the counting rule and the per-sample keys, which
+        # the dense shape shares with the chunked one (make test leaves both launches to this leg and the native
+        # one). What the 4.56 leg below runs on this shape runs there only: on 5.17 / 1.15 the patched Trainer
+        # loop is `make test`'s.
+        select="not sharded and not once",
         paths=INTEGRATION,
         leaves_out=DENSE_OLD_STACK,
     ),
@@ -137,8 +139,9 @@ LEGS = [
         "2026.10.6",
         "5.17.0",
         "1.15.0",
-        "chunked cross-entropy shape (the README's `make test`: every tier but three ranks, the other shapes')",
-        select="not three_ranks",  # as `make test` (Makefile): the counting rule is shared by every shape
+        "chunked cross-entropy shape (the README's `make test`: every tier but three ranks and two nodes, the other "
+        "shapes')",
+        select="not three_ranks and not multi_node",  # as `make test` (Makefile): the rule is every shape's
         sharded=True,  # as `make test` installs it: the DeepSpeed engines run here too
     ),
     # The oldest transformers / TRL on the chunked shape: what their Trainer, parsers and command line change.

@@ -294,15 +294,10 @@ def run(args):
         print(f"going on: {len(selection)} of them not decided yet in {os.path.relpath(WORK, ROOT)}", flush=True)
     # Going on with nothing left undecided: no pass 1 (mutmut named nothing runs every mutant it has not decided,
     # those of the functions that did not change included), straight to pass 2.
-    stopped = (
-        _mutmut_run(
-            [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection],
-            env,
-            args.minutes,
-        )
-        if selection or not args.go_on
-        else False
-    )
+    stopped = False
+    if selection or not args.go_on:
+        command = [python, os.path.abspath(__file__), "mutmut", "run", "--max-children", str(args.jobs), *selection]
+        stopped = _mutmut_run(command, env, args.minutes)
     pass1 = mutmut_results()  # mutmut's own record: cached verdicts and this run's
     if args.alive_from:  # a leg answers only for what it was given
         pass1 = {m: c for m, c in pass1.items() if m in set(names)}

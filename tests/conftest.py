@@ -17,7 +17,7 @@ SLOWEST_FIRST = [
     "test_oracle_cases.py",  # 43
     "test_bench.py",  # 37
     "test_release.py",  # 37
-    "multiprocess/test_multi_node.py",  # 31
+    "multiprocess/test_multi_node.py",  # the legs' (make test leaves it out): 31
     "test_fuzz.py",  # 29
     "test_doctor.py",  # 26
     "test_noise.py",  # 23

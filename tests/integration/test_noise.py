@@ -51,7 +51,11 @@ def test_found_by_the_fuzzer_a_resumed_partial_last_window_is_stepped_as_the_rel
 
 
 def test_per_sample_noise_differs_between_examples_and_seeds(plugin):
+    """Each example its own level, another seed other levels; and the window's metrics are logged from those
+    draws (on a natively fixed release, the ones its own fetch drew) as the oracle computes them."""
     first = experiment.train(EXAMPLES, seed=0, diffusion_noise="per_sample")
+    verdicts = [judging.judge(first, window) for window in first.windows]
+    assert all(v.ok and v.metrics_error is not None for v in verdicts), verdicts
     levels = [t for w in first.windows for batch in judging.noise_levels(w.batches, w.rng_state) for t in batch]
     assert len(set(levels)) == len(levels) == len(EXAMPLES)
     other = experiment.train(EXAMPLES, seed=1, diffusion_noise="per_sample")

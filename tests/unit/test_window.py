@@ -45,9 +45,13 @@ def test_native_opt_in_keeps_upstreams_count_so_tensor_parallel_is_not_counted_t
     assert compositions[0] == compositions[1] == dp / sum(shards)
 
 
-def trainer_on(processes, layout=None, average=True, rank=0):
+class Trainer:
+    """(A plain object: the plugin keeps per-trainer records in the trainer's own __dict__.)"""
+
+
+def trainer_on(processes, layout=None, average=True):
     """A trainer as data_parallel_rule sees it: its arguments and its accelerator, whose gather hands back
-    every process's count (the other ranks' made up here as rank + 1, rank + 2, ...)."""
+    every process's count (this one's as given, the others' made up as it + 1, it + 2, ...)."""
     from types import SimpleNamespace
 
     import torch
@@ -61,7 +65,9 @@ def trainer_on(processes, layout=None, average=True, rank=0):
         gather=gather,
         parallelism_config=None if layout is None else ParallelismConfig(**layout),
     )
-    return SimpleNamespace(args=args, accelerator=accelerator)
+    trainer = Trainer()
+    trainer.args, trainer.accelerator = args, accelerator
+    return trainer
 
 
 def test_the_rule_bound_to_a_trainer_gathers_once_and_counts_each_batch_once():
@@ -167,11 +173,7 @@ def test_the_runs_metrics_count_each_batch_once_where_tensor_parallel_ranks_hold
 
     from unsloth_diffusion_norm import metrics
 
-    class Trainer:  # (a per-trainer record is kept on the trainer object itself)
-        pass
-
-    trainer = Trainer()
-    vars(trainer).update(vars(trainer_on(4, dict(dp_shard_size=2, tp_size=2))))
+    trainer = trainer_on(4, dict(dp_shard_size=2, tp_size=2))
     rows = [SimpleNamespace(p_mask=torch.tensor([[0.5]]))]
     everyone = trainer.accelerator.gather(metrics.summary(rows, torch.tensor([10]), 1)[None])  # every rank's
     for upstream, replicas in ((False, 2), (True, 1)):
@@ -181,7 +183,50 @@ def test_the_runs_metrics_count_each_batch_once_where_tensor_parallel_ranks_hold
             k: v.item() for k, v in metrics.of(everyone, 1, count).items()
         }
     assert metrics.observer(trainer)(1)(rows, torch.tensor([10]))[0] == (10 + 11 + 12 + 13) // 2  # (the default)
+    # A window a natively fixed release drew at its fetch is counted as upstream counts (every process's summed)
+    from collections import defaultdict
+
+    from unsloth_diffusion_norm.batch_keys import UNSLOTH_PREPARED
+    from unsloth_diffusion_norm.noise import Noise
+
+    trainer._diffusion_metrics = defaultdict(list)
+    drawn = Noise(None, None, None, torch.ones(1, 10, dtype=torch.bool), torch.tensor([[0.5]]))
+    metrics.log_drawn(trainer, [{UNSLOTH_PREPARED: drawn.prepared()}], 1)
+    assert trainer._diffusion_metrics[f"train/{metrics.COUNT}"] == [torch.tensor(10.0 + 11 + 12 + 13)]
+    # and so is a window the plugin fetches undrawn for upstream's loss (diffusion_noise="global" there)
+    from unsloth_diffusion_norm import native
+
+    trainer._prepare_inputs = lambda inputs: inputs
+    _, undrawn = native._fetch_undrawn(lambda count: count, None, trainer, (iter([{}]), 1), {})
+    undrawn.noise(0, lambda batch: drawn)
+    assert undrawn.count == 10 + 11 + 12 + 13
     trainer.args.gradient_accumulation_steps = 3
     steps = metrics.own_steps(trainer)  # (kept on the trainer: made once, with its accelerator and count rule)
     assert (steps.accelerator, steps.replicas, steps.slots) == (trainer.accelerator, 2, 3)
     assert metrics.own_steps(trainer) is steps
+
+
+def test_the_training_accuracy_is_each_windows_hits_over_its_count_summed_over_replicas():
+    """metrics.TrainingAccuracy across TP pairs (2 replicas): every process's shares summed over the replicas,
+    over the most windows any rank saw mask a token (a window of one masked token counts); one gather per log,
+    none where no window was collected since the last."""
+    import torch
+
+    from unsloth_diffusion_norm import metrics
+
+    trainer = trainer_on(4, dict(dp_shard_size=2, tp_size=2))
+    gathered = []
+    gather = trainer.accelerator.gather
+    trainer.accelerator.gather = lambda t: gathered.append(t) or gather(t)
+    accuracy = metrics.TrainingAccuracy(trainer.accelerator, 2)
+    assert accuracy.take("cpu") is None and gathered == []
+    logits = torch.eye(4)[None]  # position i: token i's logit the highest
+    for tokens, masked in (([0, 0, 0, 0], [1, 0, 0, 0]), ([0, 1, 2, 0], [1, 1, 1, 1])):  # 1 of 1, 3 of 4 hit
+        masked = torch.tensor([masked], dtype=torch.bool)
+        accuracy.collected()
+        accuracy.counted(masked.sum())
+        accuracy.scored(logits, torch.tensor([tokens]), masked, masked.sum())
+    found = accuracy.take("cpu")
+    # This rank: share 1/1 + 3/4, two windows; the others' made up as share + r, windows + r (r = 1, 2, 3).
+    assert found == (4 * 1.75 + 6) / 2 / (2 + 3) and len(gathered) == 1
+    assert accuracy.take("cpu") is None and len(gathered) == 1  # (started afresh: nothing since the last log)
