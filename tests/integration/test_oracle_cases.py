@@ -179,6 +179,11 @@ def test_dream_profile_keeps_its_own_normalization_by_default(trainer_stack, nam
     unsloth_diffusion_norm.apply()
     ours = experiment.train(**spec, diffusion_profile=dream)
     quiet = experiment.train(**spec, diffusion_profile=dream, diffusion_metrics=False)
+    if MODE == NATIVE:  # the release's own path at its own settings: patched only to observe its draws
+        from unsloth_diffusion_norm import registry
+
+        assert [p.name for p in registry.per_trainer(ours.trainer).patches] == ["compute_loss", "log"]
+        assert registry.per_trainer(quiet.trainer).patches == []
     with unsloth_diffusion_norm.unpatched():
         theirs = experiment.train(**spec, diffusion_profile=dream)
     unsloth_diffusion_norm.apply()
