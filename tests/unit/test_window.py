@@ -163,10 +163,11 @@ def test_a_ranks_window_summary_is_exact_and_on_the_counts_device():
     assert found.dtype == torch.float64 and found.device == counts.device and found.tolist() == expected
 
 
-def test_the_runs_metrics_count_each_batch_once_where_tensor_parallel_ranks_hold_the_same_one():
+def test_every_metrics_path_counts_each_batch_once_where_tensor_parallel_ranks_hold_the_same_one():
     """metrics.observer and a run's per-trainer metric records (metrics._kept) take the plugin's counting rule: TP
     pairs hold one batch, so the processes' counts are summed over 2 replicas; upstream's rule (2026.10.7+, whose
-    own loss multiplies by every process) sums them all."""
+    own loss multiplies by every process) sums them all, and so do the windows a native release's fetch draws
+    (metrics.log_drawn) or the plugin fetches undrawn for it."""
     from types import SimpleNamespace
 
     import torch
