@@ -194,6 +194,11 @@ def test_every_metrics_path_counts_each_batch_once_where_tensor_parallel_ranks_h
     drawn = Noise(None, None, None, torch.ones(1, 10, dtype=torch.bool), torch.tensor([[0.5]]))
     metrics.log_drawn(trainer, [{UNSLOTH_PREPARED: drawn.prepared()}], 1)
     assert trainer._diffusion_metrics[f"train/{metrics.COUNT}"] == [torch.tensor(10.0 + 11 + 12 + 13)]
+    metrics.log_drawn(trainer, [], 1)  # a spent fetch (streamed data runs out): nothing to say
+    trainer.args.diffusion_metrics = False
+    metrics.log_drawn(trainer, [{UNSLOTH_PREPARED: drawn.prepared()}], 1)  # metrics off: nothing
+    assert len(trainer._diffusion_metrics[f"train/{metrics.COUNT}"]) == 1
+    trainer.args.diffusion_metrics = True
     # and so is a window the plugin fetches undrawn for upstream's loss (diffusion_noise="global" there)
     from unsloth_diffusion_norm import native
 
