@@ -26,8 +26,8 @@ launched ranks reach (`FRESH`) and runs those tests with the mutant switched on 
 PYTHONPATH are inherited by every child process, so they import the mutated copy).
 
 The report lists every mutant with its fate. A survivor is either killed by a new test or named in
-mutation/equivalent.txt with a one-line reason why no behaviour can differ; the score is
-killed / (all - equivalent). `report` also writes the record records/mutation.json (`records.write`, always):
+mutation/equivalent.txt with a one-line reason why no behaviour can differ (or, still surviving, in
+mutation/out-of-reach.txt with what only a CUDA machine has); the score is killed / (all - equivalent). `report` also writes the record records/mutation.json (`records.write`, always):
 the score, the killed, non-equivalent, equivalent and surviving counts, each leg's mutants and seconds, and the
 per-module counts, with the module table as tables.modules; the pages render their figures from it.
 
@@ -51,6 +51,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = ROOT  # where mutmut runs (a leg runs in a copy of the tree: mutants/ and its stats are per environment)
 RESULTS = os.path.join(ROOT, "mutation")
 EQUIVALENT = os.path.join(RESULTS, "equivalent.txt")
+# Survivors no CPU run can kill (a CUDA device, a model split over devices): why, in equivalent.txt's format.
+# They stay surviving in the score; the report gives each its reason.
+OUT_OF_REACH = os.path.join(RESULTS, "out-of-reach.txt")
 REPORT = os.path.join(RESULTS, "report.md")
 MUTMUT = "mutmut==3.8.1"
 KILLED = {
@@ -523,11 +526,12 @@ def merged(labels=None):
 PINNED = "    "  # indented under an entry: that mutant's mutated lines as they were when it was judged
 
 
-def equivalents(pinned=False):
-    """{mutant: reason} of mutation/equivalent.txt; pinned=True: {mutant: [its mutated lines as judged]}."""
+def equivalents(pinned=False, path=EQUIVALENT):
+    """{mutant: reason} of mutation/equivalent.txt (or `path`, out-of-reach.txt); pinned=True: {mutant: [its
+    mutated lines as judged]}."""
     found, pins, mutant = {}, {}, None
-    if os.path.exists(EQUIVALENT):
-        for line in open(EQUIVALENT, encoding="utf-8"):
+    if os.path.exists(path):
+        for line in open(path, encoding="utf-8"):
             if line.startswith(PINNED):
                 pins.setdefault(mutant, []).append(line[len(PINNED) :].rstrip("\n"))
             elif line.strip() and not line.startswith("#"):
@@ -536,26 +540,26 @@ def equivalents(pinned=False):
     return pins if pinned else found
 
 
-def pin_equivalents(current):
+def pin_equivalents(current, path=EQUIVALENT):
     """Hold each equivalent to the mutation it was judged on. mutmut numbers a function's mutants in order, so
     a change to the function renumbers them and an entry silently comes to name another mutation: refuse
     that, and write the mutated lines under each entry that has none yet. `current`: {mutant: [mutated lines]}."""
-    pins = equivalents(pinned=True)
+    pins = equivalents(pinned=True, path=path)
     moved = {m: (pins[m], now) for m, now in current.items() if m in pins and pins[m] != now}
     if moved:
         sys.exit(
-            "mutation/equivalent.txt: these entries now name another mutation (the function changed and mutmut "
+            f"mutation/{os.path.basename(path)}: these entries now name another mutation (the function changed and mutmut "
             "renumbered its mutants; find each reason's mutant anew):\n"
             + "\n".join(f"  {m}: judged on {was}, now {now}" for m, (was, now) in moved.items())
         )
     out = []
-    for line in open(EQUIVALENT, encoding="utf-8").read().splitlines():
+    for line in open(path, encoding="utf-8").read().splitlines():
         if line.startswith(PINNED):
             continue  # written anew below, from the checked pins or the current diff
         out.append(line)
         mutant = line.split(" ", 1)[0] if line.strip() and not line.startswith("#") else None
         out.extend(PINNED + mutated for mutated in pins.get(mutant) or current.get(mutant) or [])
-    open(EQUIVALENT, "w", encoding="utf-8").write("\n".join(out) + "\n")
+    open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
 
 
 def diff_of(mutant):
@@ -631,6 +635,9 @@ def write_record(counted, **where):
     figures["legs"] = {label.replace(".", "-"): leg for label, leg in counted["legs"].items()}  # dotted keys
     figures["modules"] = {m.replace(".", "-"): r for m, r in counted["modules"].items()}
     covers = {"the core": ["unsloth_diffusion_norm/*.py"], "the tests": ["tests/**"]}
+    # The releases of the results files (each leg's own environment), not this interpreter's alone.
+    found = {"unsloth": ", ".join(sorted(label.removeprefix("unsloth-") for label in counted["legs"]))}
+    where.setdefault("found", found)
     return records.write(
         "mutation",
         "python scripts/mutation.py report (make mutation)",
@@ -649,8 +656,12 @@ def report(args):
         sys.exit(f"mutation/equivalent.txt names mutants that no longer exist: {stale}")
     found = summary(results, said)
     open_, equivalent = found["open"], found["equivalent_names"]
+    why = equivalents(path=OUT_OF_REACH)
+    if set(why) - set(open_):
+        sys.exit(f"mutation/out-of-reach.txt names mutants that are not surviving: {sorted(set(why) - set(open_))}")
     mutated = {m: diff_of(m) for m in [*open_, *said]}
     pin_equivalents({m: mutated[m] for m in said})
+    pin_equivalents({m: mutated[m] for m in why}, path=OUT_OF_REACH)
     killed, score = found["killed"], found["score"]
     lines = [
         "# Mutation testing of the core",
@@ -669,9 +680,9 @@ def report(args):
         "",
         *module_table(found),
         "",
-        "## Surviving (no test kills them yet)",
+        "## Surviving (no test kills them yet; out of a CPU run's reach: mutation/out-of-reach.txt)",
         "",
-        *(f"- `{m}`: `{' / '.join(mutated[m])}`" for m in open_),
+        *(f"- `{m}`: `{' / '.join(mutated[m])}`" + (f" — {why[m]}" if m in why else "") for m in open_),
         *([] if open_ else ["None."]),
         "",
         "## Equivalent (behaviour cannot differ)",

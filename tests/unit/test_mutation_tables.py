@@ -67,19 +67,21 @@ def function_lines():
     return found
 
 
-def test_each_equivalent_mutant_is_pinned_to_a_line_its_function_still_has():
-    """Each entry of mutation/equivalent.txt carries the lines its mutant changed when it was judged
-    (`scripts/mutation.py report` writes them and refuses an entry whose number now names another
+@pytest.mark.parametrize("path", [mutation.EQUIVALENT, mutation.OUT_OF_REACH], ids=os.path.basename)
+def test_each_equivalent_mutant_is_pinned_to_a_line_its_function_still_has(path):
+    """Each entry of mutation/equivalent.txt (and out-of-reach.txt) carries the lines its mutant changed when it
+    was judged (`scripts/mutation.py report` writes them and refuses an entry whose number now names another
     mutation). A function whose judged line is gone has changed: its mutants were renumbered."""
-    pins, lines = mutation.equivalents(pinned=True), function_lines()
-    unpinned = sorted(set(mutation.equivalents()) - set(pins))
+    pins, lines = mutation.equivalents(pinned=True, path=path), function_lines()
+    unpinned = sorted(set(mutation.equivalents(path=path)) - set(pins))
     gone = sorted(
         mutant
         for mutant, mutated in pins.items()
         if not any(line[1:].strip() in lines.get(mutant.partition("#")[0], ()) for line in mutated if line[0] == "-")
     )
-    assert not unpinned, f"mutation/equivalent.txt entries without their mutated lines: {unpinned}"
-    assert not gone, f"mutation/equivalent.txt entries whose judged line the function no longer has: {gone}"
+    name = os.path.basename(path)
+    assert not unpinned, f"mutation/{name} entries without their mutated lines: {unpinned}"
+    assert not gone, f"mutation/{name} entries whose judged line the function no longer has: {gone}"
 
 
 def test_the_fresh_and_shape_tables_name_functions_the_core_has():
@@ -91,9 +93,10 @@ def test_the_fresh_and_shape_tables_name_functions_the_core_has():
     )
 
 
-def test_the_equivalent_mutants_are_of_functions_the_core_has():
-    bad = unknown_mutants(mutation.equivalents())
-    assert not bad, f"mutation/equivalent.txt names functions the core does not have (renamed?): {bad}"
+@pytest.mark.parametrize("path", [mutation.EQUIVALENT, mutation.OUT_OF_REACH], ids=os.path.basename)
+def test_the_equivalent_mutants_are_of_functions_the_core_has(path):
+    bad = unknown_mutants(mutation.equivalents(path=path))
+    assert not bad, f"mutation/{os.path.basename(path)} names functions the core does not have (renamed?): {bad}"
 
 
 @pytest.mark.parametrize("result", mutation.result_files(), ids=lambda result: result["label"])
