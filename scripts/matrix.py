@@ -34,8 +34,9 @@ class Leg:
     note: str
     # Which tiers this leg runs (a pytest -m expression, and paths): the tiers that tell releases apart.
     # `make test` runs everything on 2026.10.6 / 5.17 / 1.15 but the three-rank and two-node launches (three_ranks,
-    # multi_node: the other shapes'); the launched-rank tier (multiprocess) runs again on one leg per other code shape, the DeepSpeed /
-    # FSDP2 one (sharded) on the native leg, and our release-independent tooling checks (once) nowhere else.
+    # multi_node: the other shapes'); the launched-rank tier (multiprocess) runs again on one leg per other code
+    # shape, the DeepSpeed / FSDP2 one (sharded) on the native leg, and our release-independent tooling checks
+    # (once) nowhere else.
     select: str = "not multiprocess and not once"
     paths: tuple = ()
     # Left out of `paths`: what another leg already runs on the same code shape (files, or tests by node id).

@@ -27,9 +27,10 @@ PYTHONPATH are inherited by every child process, so they import the mutated copy
 
 The report lists every mutant with its fate. A survivor is either killed by a new test or named in
 mutation/equivalent.txt with a one-line reason why no behaviour can differ (or, still surviving, in
-mutation/out-of-reach.txt with what only a CUDA machine has); the score is killed / (all - equivalent). `report` also writes the record records/mutation.json (`records.write`, always):
-the score, the killed, non-equivalent, equivalent and surviving counts, each leg's mutants and seconds, and the
-per-module counts, with the module table as tables.modules; the pages render their figures from it.
+mutation/out-of-reach.txt with what only a CUDA machine has); the score is killed / (all - equivalent).
+`report` also writes the record records/mutation.json (`records.write`, always): the score, the killed,
+non-equivalent, equivalent and surviving counts, each leg's mutants and seconds, and the per-module counts, with
+the module table as tables.modules; the pages render their figures from it.
 
 Names: a mutant is `module.function#N` or `module.Class.method#N` (its function's qualified name and mutmut's
 number), in every table here, the result files, equivalent.txt and the report. mutmut's own spelling
@@ -270,7 +271,7 @@ def run(args):
         return any(fnmatch.fnmatchcase(mangled(mutant), pattern) for pattern in patterns)
 
     before = {m: r for m, r in before.items() if not changed(m)}
-    said = equivalents()
+    said = reasons()
     if args.mutants:  # these, the rest as the last run found them
         print(f"pass 1 on {args.label}: {' '.join(args.mutants)}", flush=True)
     elif args.again:  # after new tests: only what the last run left alive runs again (mutmut keeps the rest)
@@ -526,9 +527,9 @@ def merged(labels=None):
 PINNED = "    "  # indented under an entry: that mutant's mutated lines as they were when it was judged
 
 
-def equivalents(pinned=False, path=EQUIVALENT):
-    """{mutant: reason} of mutation/equivalent.txt (or `path`, out-of-reach.txt); pinned=True: {mutant: [its
-    mutated lines as judged]}."""
+def reasons(path=EQUIVALENT, pinned=False):
+    """{mutant: reason} of a file of named mutants (mutation/equivalent.txt, or out-of-reach.txt); pinned=True:
+    {mutant: [its mutated lines as judged]}."""
     found, pins, mutant = {}, {}, None
     if os.path.exists(path):
         for line in open(path, encoding="utf-8"):
@@ -540,16 +541,16 @@ def equivalents(pinned=False, path=EQUIVALENT):
     return pins if pinned else found
 
 
-def pin_equivalents(current, path=EQUIVALENT):
+def pin_reasons(current, path=EQUIVALENT):
     """Hold each equivalent to the mutation it was judged on. mutmut numbers a function's mutants in order, so
     a change to the function renumbers them and an entry silently comes to name another mutation: refuse
     that, and write the mutated lines under each entry that has none yet. `current`: {mutant: [mutated lines]}."""
-    pins = equivalents(pinned=True, path=path)
+    pins = reasons(path, pinned=True)
     moved = {m: (pins[m], now) for m, now in current.items() if m in pins and pins[m] != now}
     if moved:
         sys.exit(
-            f"mutation/{os.path.basename(path)}: these entries now name another mutation (the function changed and mutmut "
-            "renumbered its mutants; find each reason's mutant anew):\n"
+            f"mutation/{os.path.basename(path)}: these entries now name another mutation (the function changed and "
+            "mutmut renumbered its mutants; find each reason's mutant anew):\n"
             + "\n".join(f"  {m}: judged on {was}, now {now}" for m, (was, now) in moved.items())
         )
     out = []
@@ -585,7 +586,7 @@ def summary(results=None, said=None):
     """The report's figures from every result file: the score and its counts, each leg's mutants and seconds, and
     the per-module table (as report.md prints it)."""
     results = merged() if results is None else results
-    said = equivalents() if said is None else said
+    said = reasons() if said is None else said
     alive = sorted((m for m, r in results.items() if not r["killed"]), key=order)
     open_ = [m for m in alive if m not in said]
     equivalent = [m for m in alive if m in said]
@@ -649,19 +650,19 @@ def write_record(counted, **where):
 
 
 def report(args):
-    results, said = merged(), equivalents()
+    results, said = merged(), reasons()
     legs = result_files()
     stale = sorted(set(said) - set(results))
     if stale:
         sys.exit(f"mutation/equivalent.txt names mutants that no longer exist: {stale}")
     found = summary(results, said)
     open_, equivalent = found["open"], found["equivalent_names"]
-    why = equivalents(path=OUT_OF_REACH)
+    why = reasons(OUT_OF_REACH)
     if set(why) - set(open_):
         sys.exit(f"mutation/out-of-reach.txt names mutants that are not surviving: {sorted(set(why) - set(open_))}")
     mutated = {m: diff_of(m) for m in [*open_, *said]}
-    pin_equivalents({m: mutated[m] for m in said})
-    pin_equivalents({m: mutated[m] for m in why}, path=OUT_OF_REACH)
+    pin_reasons({m: mutated[m] for m in said})
+    pin_reasons({m: mutated[m] for m in why}, path=OUT_OF_REACH)
     killed, score = found["killed"], found["score"]
     lines = [
         "# Mutation testing of the core",

@@ -68,12 +68,12 @@ def function_lines():
 
 
 @pytest.mark.parametrize("path", [mutation.EQUIVALENT, mutation.OUT_OF_REACH], ids=os.path.basename)
-def test_each_equivalent_mutant_is_pinned_to_a_line_its_function_still_has(path):
+def test_each_named_mutant_is_pinned_to_a_line_its_function_still_has(path):
     """Each entry of mutation/equivalent.txt (and out-of-reach.txt) carries the lines its mutant changed when it
     was judged (`scripts/mutation.py report` writes them and refuses an entry whose number now names another
     mutation). A function whose judged line is gone has changed: its mutants were renumbered."""
-    pins, lines = mutation.equivalents(pinned=True, path=path), function_lines()
-    unpinned = sorted(set(mutation.equivalents(path=path)) - set(pins))
+    pins, lines = mutation.reasons(path, pinned=True), function_lines()
+    unpinned = sorted(set(mutation.reasons(path)) - set(pins))
     gone = sorted(
         mutant
         for mutant, mutated in pins.items()
@@ -94,8 +94,8 @@ def test_the_fresh_and_shape_tables_name_functions_the_core_has():
 
 
 @pytest.mark.parametrize("path", [mutation.EQUIVALENT, mutation.OUT_OF_REACH], ids=os.path.basename)
-def test_the_equivalent_mutants_are_of_functions_the_core_has(path):
-    bad = unknown_mutants(mutation.equivalents(path=path))
+def test_the_named_mutants_are_of_functions_the_core_has(path):
+    bad = unknown_mutants(mutation.reasons(path))
     assert not bad, f"mutation/{os.path.basename(path)} names functions the core does not have (renamed?): {bad}"
 
 

@@ -135,3 +135,17 @@ def test_a_legs_mode_is_read_from_its_junit_report_where_its_tests_wrote_it(tmp_
     )
     assert matrix.junit_mode(str(junit)) is None  # no test ran in the package's tier: the leg asks `status`
     assert matrix.junit_mode(str(tmp_path / "absent.xml")) is None
+
+
+def test_the_make_test_leg_selects_what_make_test_runs():
+    """The 2026.10.6 / 5.17 / 1.15 leg is `make test` (.ci/run skips it for that): its marker expression is the
+    Makefile's, so that the launches make test leaves to other legs are left out of it alike."""
+    import re
+
+    matrix = script("matrix")
+    (leg,) = [
+        leg for leg in matrix.LEGS if (leg.unsloth, leg.transformers, leg.trl) == ("2026.10.6", "5.17.0", "1.15.0")
+    ]
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        (selected,) = re.findall(r'-m "([^"]+)"', f.read())
+    assert leg.select == selected and not leg.paths
