@@ -4,7 +4,20 @@ classes are not touched beyond DiffusionConfig and DiffusionTrainer.__init__, an
 
 import dataclasses
 
-from . import batch_keys, config, construction, evaluation, metrics, noise, per_sample, registry, samples, window
+from . import (
+    batch_keys,
+    block_diffusion,
+    config,
+    construction,
+    detect,
+    evaluation,
+    metrics,
+    noise,
+    per_sample,
+    registry,
+    samples,
+    window,
+)
 from .registry import Patch
 from .window import Window
 from .wrappers import (
@@ -23,6 +36,9 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     construction.check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return  # check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
+    block_diffusion.check_run(
+        construction.model_config(trainer.model), trainer.args, False, f"Unsloth {detect.unsloth_version()}"
+    )
     mode = construction.settle_noise(trainer)
     profile = trainer.diffusion_profile
     config.check_lower_variance(trainer.args, profile, mode, config.plugin_draws_for(profile, trainer.args, mode))

@@ -3,7 +3,20 @@ its own masked tokens: the window-normalized loss, the release's own noise and l
 the window's denominator (`window`), and keyed evaluation (`evaluation`). Class-level patches on Unsloth's own
 diffusion classes; each target wrapped once."""
 
-from . import batch_keys, config, construction, detect, evaluation, loss, metrics, noise, per_sample, samples, window
+from . import (
+    batch_keys,
+    block_diffusion,
+    config,
+    construction,
+    detect,
+    evaluation,
+    loss,
+    metrics,
+    noise,
+    per_sample,
+    samples,
+    window,
+)
 from .registry import Patch
 from .window import Window
 from .wrappers import batch_samples_arguments, loss_arguments, prediction_arguments, replaced, wrap
@@ -33,7 +46,11 @@ def _window_loss(release, profile, model, inputs, args, this_window):
             "was get_batch_samples bypassed?"
         )
 
+    block = block_diffusion.of_config(construction.model_config(model))
+
     def draw(batch):
+        if block is not None:
+            return _block_draw(release, profile, model, batch, args, block)
         return noise.paired_if_asked(
             release.draw(profile, model, batch, args, batch.get(batch_keys.ROWS)), profile, args
         )
@@ -41,10 +58,27 @@ def _window_loss(release, profile, model, inputs, args, this_window):
     slot = inputs[batch_keys.SLOT]
     drawn = this_window.noise(slot, draw)
     score = this_window.scorer()  # (a Window has a scorer only on the dense shape, whose loss holds the logits)
-    result = this_window.divide(
-        lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module, score)
-    )
+    if block is not None:
+        supervised, share = this_window.supervised_count(), len(this_window.batches)
+        result = this_window.divide(
+            lambda count: block_diffusion.loss(model, drawn, block, count, supervised, share, score)
+        )
+    else:
+        result = this_window.divide(
+            lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module, score)
+        )
     return this_window.logged(slot, result)
+
+
+def _block_draw(release, profile, model, batch, args, block):
+    """A block-diffusion micro-batch's noise: the release's draw (keyed where the run is) over its filled rows."""
+    _, eos_id = profile._token_ids(model, args)
+    return block_diffusion.draw(
+        lambda filled: release.draw(profile, model, filled, args, filled.get(batch_keys.ROWS)),
+        batch,
+        block.block_size,
+        eos_id,
+    )
 
 
 def _micro_batch_loss(release, profile, model, inputs, args):
@@ -52,6 +86,10 @@ def _micro_batch_loss(release, profile, model, inputs, args):
     window-normalized run, and per-sample noise under 'microbatch' (its keyed draws are training draws: paired
     where asked)."""
     loss.check_weighting(profile, args)
+    block = block_diffusion.of_config(construction.model_config(model))
+    if block is not None:  # the micro-batch's own two counts
+        drawn = _block_draw(release, profile, model, inputs, args, block)
+        return block_diffusion.loss(model, drawn, block, *block_diffusion.counts(drawn))
     drawn = _micro_batch_draw(release, profile, model, inputs, args)
     return LOSSES[release.shape](profile, model, drawn, args, drawn.masked.sum(), release.masked_module)
 
@@ -96,6 +134,7 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     construction.check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return
+    block_diffusion.check_run(construction.model_config(trainer.model), trainer.args)
     mode = construction.settle_noise(trainer)
     if mode == config.PER_SAMPLE:
         profile = trainer.diffusion_profile

@@ -29,6 +29,7 @@ class Window:
         self.accuracy = accuracy  # metrics.TrainingAccuracy, where the loss holds the logits and metrics are on
         self.noises = None
         self.count = None  # realized masked tokens of the window (summed across ranks when asked)
+        self.supervised = None  # block diffusion's AR count: the window's supervised tokens (ditto)
         self.metrics = None
 
     def noise(self, index, draw):
@@ -44,6 +45,13 @@ class Window:
             if self.accuracy is not None:
                 self.accuracy.counted(self.count)
         return self.noises[index]
+
+    def supervised_count(self):
+        """The window's supervised tokens (block diffusion's AR term: every maskable token), counted as the masked
+        tokens are; once its noise is drawn. (A second count collective where the count is summed across ranks.)"""
+        if self.supervised is None:
+            self.supervised = self.reduce_count(torch.stack([noise.maskable.sum() for noise in self.noises]).sum())
+        return self.supervised
 
     def scorer(self):
         """`score(logits, tokens, masked)` for a loss that holds the logits, or None where nothing is kept."""

@@ -75,6 +75,8 @@ class OracleSettings:
     precision: str = "fp32"
     # diffusion_complementary_masks=True: each row trained with its partner (oracle.replay_noise).
     complementary: bool = False
+    # NVIDIA's block-diffusion mode: an oracle.BlockDiffusion (its block size and alpha), or None.
+    block: oracle.BlockDiffusion = None
 
 
 def judge(run, record, settings=None, ranks=None, rank_local=False):
@@ -87,8 +89,9 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
     model = run.reference_model
     model.load_state_dict(record.state_before)
     ranks = ranks or [(record.batches, record.rng_state)]
+    block_size = None if settings.block is None else settings.block.block_size
     masks = [
-        oracle.replay_noise(batches, state, settings.eps, settings.eos_id, settings.complementary)
+        oracle.replay_noise(batches, state, settings.eps, settings.eos_id, settings.complementary, block_size)
         for batches, state in ranks
     ]
     reference = oracle.data_parallel_reference(
@@ -99,6 +102,7 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
         rank_local,
         shift=settings.shift,
         normalization=settings.normalization,
+        block=settings.block,
     )
     grads = (
         oracle.clip_gradients(reference.grads, settings.max_grad_norm) if settings.max_grad_norm else reference.grads
@@ -126,7 +130,7 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
         seen = (
             [
                 oracle.replay_noise(
-                    record.batches, record.rng_state, settings.eps, settings.eos_id, settings.complementary
+                    record.batches, record.rng_state, settings.eps, settings.eos_id, settings.complementary, block_size
                 )
             ]
             if rank_local
@@ -138,7 +142,9 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
         # Computed from exact counts and fp32 levels, whatever the run's precision: the fp32 tolerance.
         ratios += [error / oracle.tolerance(expected[name]) for name, error in errors.items()]
         if oracle.ACCURACY_NAME in logs:  # where the loss holds the logits: the window's training accuracy
-            accuracy, close = oracle.window_accuracy(model, seen, settings.mask_id, settings.shift, precision)
+            accuracy, close = oracle.window_accuracy(
+                model, seen, settings.mask_id, settings.shift, precision, settings.block
+            )
             error = abs(logs[oracle.ACCURACY_NAME] - accuracy)  # (None where nothing was masked: nothing logged)
             metrics_error = max(metrics_error, error)
             # a hit within round-off of a tie may fall either way: that share of tokens is no error

@@ -8,6 +8,13 @@ Micro-batches of equal length go through the model in one forward; the gradient 
 The other families' published objectives (OBJECTIVES) differ in three knobs: the noise floor, whether
 position i's logits predict token i + 1 (shift), and the normalization each micro-batch gets before
 Trainer averages the micro-batches of a window.
+
+NVIDIA's block-diffusion mode (`BlockDiffusion`; NeMo Automodel's SFT recipe, its HybridDiffusionLLMLoss and
+its collator): each row EOS-filled to the next multiple of the block size and supervised; the model run on
+`[noisy; clean]`, each half at positions 0..L-1, a noisy token seeing its own noisy block and the clean
+half's earlier blocks, a clean token the clean tokens up to itself;
+alpha · sum(CE/p_mask at masked tokens) / N_masked + sum(CE of the clean half's next-token logits at
+supervised tokens) / N_supervised, both counts over the whole window.
 """
 
 import contextlib
@@ -117,23 +124,57 @@ def _replaying(rng_state):
         yield device
 
 
-def replay_noise(batches, rng_state, eps, eos_id, complementary=False):
+@dataclass(frozen=True)
+class BlockDiffusion:
+    """NVIDIA's block-diffusion objective: its block size and the weight of the diffusion term (the recipe's
+    ar_loss_alpha; the AR term's weight is 1)."""
+
+    block_size: int
+    alpha: float = 0.3
+
+
+def block_filled(batch, block_size, eos_id):
+    """The micro-batch as the block-diffusion collator leaves it: every row's real tokens followed by EOS up to
+    the next multiple of the block size, supervised where the row has an answer; the batch padded to the
+    next multiple of the block size. (batch with the padding marked unattended, the supervised fill)"""
+    tokens, labels = batch["input_ids"], batch["labels"]
+    attention = batch.get("attention_mask")
+    if attention is None:
+        attention = torch.ones_like(tokens)
+    rows, length = tokens.shape
+    wide = -(-length // block_size) * block_size
+    grow = lambda t, value: torch.cat([t, torch.full((rows, wide - length), value, dtype=t.dtype)], 1)  # noqa: E731
+    real = attention.sum(dim=1)
+    ends = -(-real // block_size) * block_size
+    position = torch.arange(wide)[None, :]
+    fill = (position >= real[:, None]) & (position < ends[:, None])
+    has_answer = (labels != -100).any(dim=1, keepdim=True)
+    grown = {**batch, "input_ids": grow(tokens, eos_id), "labels": grow(labels, -100)}
+    grown["attention_mask"] = grow(attention, 0)
+    return grown, fill & has_answer
+
+
+def replay_noise(batches, rng_state, eps, eos_id, complementary=False, block_size=None):
     """Draw each micro-batch's masks from `rng_state` (see `rng_state`), in micro-batch order, t before the
     per-token draw; a batch that carries per-sample generator seeds ("keys") draws each row from its own
     (CPU) generator, and one that carries strata ("strata": per row (k, n), stratified levels) moves each
     row's t to (k + t) / n. `complementary`: every row is followed, in a second half of the micro-batch, by its
     partner: the complement of its mask among its maskable tokens at p_mask 1 - p where 1 - p >= eps, else
-    the same mask at p. The masks are CPU tensors whatever device drew them."""
+    the same mask at p. `block_size`: NVIDIA's block-diffusion mode (`block_filled`): the rows filled and the
+    maskable tokens their answer and its fill. The masks are CPU tensors whatever device drew them."""
     masks = []
     with _replaying(rng_state) as device:
         for batch in batches:
+            fill = None
+            if block_size is not None:
+                batch, fill = block_filled(batch, block_size, eos_id)
             tokens, labels = batch["input_ids"], batch["labels"]
             attention = batch.get("attention_mask")
             padding = torch.zeros_like(tokens, dtype=torch.bool) if attention is None else attention == 0
             tokens = torch.where(padding, eos_id, tokens)
             response = (labels != -100) & ~padding
             has_response = response.any(dim=1, keepdim=True)
-            maskable = response | (padding & has_response)
+            maskable = response | (padding & has_response) if fill is None else response | fill
             rows, length = tokens.shape
             if batch.get("keys") is None:  # the global RNG: t for every row, then every token
                 t = torch.rand(rows, device=device).cpu()
@@ -226,10 +267,58 @@ def window_loss(model, masks, mask_id, inverse_t=True, shift=False, normalizatio
     return (summed / max(total, 1) if weights is None else summed).float(), total
 
 
-def window_reference(model, masks, mask_id, inverse_t=True, shift=False, normalization=WINDOW):
-    """The window's loss and the autograd gradient of every trainable parameter."""
+def block_diffusion_logits(model, tokens, masked, mask_id, block_size):
+    """(noisy half's logits, clean half's logits) of NVIDIA's block-diffusion forward, built here from its
+    description with the model's backbone and head: the sequence [noisy; clean], each half at positions 0..L-1,
+    and which of its 2L tokens each one sees."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    length = tokens.shape[1]
+    device = tokens.device
+    sequence = torch.cat([torch.where(masked, mask_id, tokens), tokens], dim=1)
+    index = torch.arange(2 * length, device=device)
+    half, position = index // length, index % length  # half 0: noisy, 1: clean
+    block = position // block_size
+    q, k = (slice(None), None), (None, slice(None))
+    sees = (
+        ((half[q] == 0) & (half[k] == 0) & (block[q] == block[k]))  # its own noisy block
+        | ((half[q] == 0) & (half[k] == 1) & (block[k] < block[q]))  # the clean copy of earlier blocks
+        | ((half[q] == 1) & (half[k] == 1) & (position[k] <= position[q]))  # clean: causal
+    )
+    hidden = base.model(sequence, position_ids=torch.cat([position[:length]] * 2), attention_rule=sees)
+    logits = base.get_output_embeddings()(hidden).float()
+    return logits[:, :length], logits[:, length:]
+
+
+def block_diffusion_loss(model, masks, mask_id, objective):
+    """(loss, masked tokens, supervised tokens) of the window under NVIDIA's block-diffusion objective: alpha ·
+    the diffusion sum over the window's masked tokens + the AR sum over its supervised tokens (each predicted
+    from the clean half's logits one position before), each divided by its own count over the whole window."""
+    masked_total = sum(int(m.masked.sum()) for m in masks)
+    supervised_total = sum(int(m.maskable.sum()) for m in masks)
+    device = next(model.parameters()).device
+    diffusion = torch.zeros((), dtype=torch.float64, device=device)
+    ar = torch.zeros((), dtype=torch.float64, device=device)
+    for m in masks:
+        tokens, masked, p_mask = m.tokens.to(device), m.masked.to(device), m.p_mask.to(device)
+        noisy_logits, clean_logits = block_diffusion_logits(model, tokens, masked, mask_id, objective.block_size)
+        diffusion = (
+            diffusion
+            + (F.cross_entropy(noisy_logits[masked], tokens[masked], reduction="none") / p_mask[masked]).sum().double()
+        )
+        supervised = m.maskable.to(device)[:, 1:]
+        ar = ar + F.cross_entropy(clean_logits[:, :-1][supervised], tokens[:, 1:][supervised], reduction="sum").double()
+    loss = objective.alpha * diffusion / max(masked_total, 1) + ar / max(supervised_total, 1)
+    return loss.float(), masked_total, supervised_total
+
+
+def window_reference(model, masks, mask_id, inverse_t=True, shift=False, normalization=WINDOW, block=None):
+    """The window's loss and the autograd gradient of every trainable parameter. `block`: a BlockDiffusion, for
+    NVIDIA's block-diffusion objective."""
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
-    loss, total = window_loss(model, masks, mask_id, inverse_t, shift, normalization)
+    if block is not None:
+        loss, total, _ = block_diffusion_loss(model, masks, mask_id, block)
+    else:
+        loss, total = window_loss(model, masks, mask_id, inverse_t, shift, normalization)
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     grads = {name: torch.zeros_like(p) if g is None else g for (name, p), g in zip(params.items(), grads)}
     return Reference(loss.item(), total, [int(m.masked.sum()) for m in masks], grads)
@@ -244,7 +333,8 @@ def data_parallel_reference(model, masks_by_rank, mask_id, inverse_t=True, rank_
     if not rank_local:
         masks = [m for masks in masks_by_rank for m in masks]
         return window_reference(model, masks, mask_id, inverse_t, **objective)
-    references = [window_reference(model, masks, mask_id, inverse_t) for masks in masks_by_rank]
+    own = {"block": objective["block"]} if objective.get("block") is not None else {}
+    references = [window_reference(model, masks, mask_id, inverse_t, **own) for masks in masks_by_rank]
     ranks = len(references)
     grads = {name: sum(r.grads[name] for r in references) / ranks for name in references[0].grads}
     return Reference(
@@ -311,17 +401,21 @@ METRIC_NAMES = ("window_masked_tokens", "noise_level_mean", "noise_level_std", "
 ACCURACY_NAME = "masked_token_accuracy"
 
 
-def window_accuracy(model, masks_by_rank, mask_id, shift=False, precision="fp32"):
+def window_accuracy(model, masks_by_rank, mask_id, shift=False, precision="fp32", block=None):
     """A window's masked-token accuracy (every rank's micro-batches): the share of its masked tokens whose logit
     is the highest of their position (a tie at the top counts), or None where nothing is masked; and the share
     whose top two logits lie within the precision's tolerance of each other (a hit the run's own round-off may
-    decide either way). Full logits, one micro-batch at a time."""
+    decide either way). Full logits, one micro-batch at a time. `block`: NVIDIA's block-diffusion mode."""
     hit = close = total = 0
     device = next(model.parameters()).device
     with torch.no_grad():
         for m in (m for masks in masks_by_rank for m in masks):
             tokens, masked = m.tokens.to(device), m.masked.to(device)
-            chosen, targets = scores(model, torch.where(masked, mask_id, tokens), shift)[masked], tokens[masked]
+            if block is None:
+                logits = scores(model, torch.where(masked, mask_id, tokens), shift)
+            else:  # the noisy half's logits of the block-diffusion forward
+                logits = block_diffusion_logits(model, tokens, masked, mask_id, block.block_size)[0]
+            chosen, targets = logits[masked], tokens[masked]
             hit += hits(chosen, targets)
             top = chosen.topk(2, dim=-1).values
             close += sum(int(a - b <= tolerance(a, precision)) for a, b in top.tolist())

@@ -17,6 +17,11 @@ class NemotronLabsDiffusionConfig(PretrainedConfig):
         rms_norm_eps=1e-6,
         mask_token_id=None,
         dp_varying_mask_ratio=False,  # NVIDIA's switch: vary the masks per data-parallel rank
+        # NVIDIA's training modes: "bidirectional" (as the checkpoint ships) or "block_diff" (its SFT recipe's);
+        # block_diff's blocks, and the weight its own (sum, count) loss gives the AR term.
+        dlm_paradigm="bidirectional",
+        block_size=32,
+        ar_loss_weight=1.0,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -28,5 +33,8 @@ class NemotronLabsDiffusionConfig(PretrainedConfig):
         self.rms_norm_eps = rms_norm_eps
         self.mask_token_id = mask_token_id
         self.dp_varying_mask_ratio = dp_varying_mask_ratio
+        self.dlm_paradigm = dlm_paradigm
+        self.block_size = block_size
+        self.ar_loss_weight = ar_loss_weight
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)

@@ -4,9 +4,16 @@ What Unsloth relies on is kept: model_type / architecture names, an `AutoModel` 
 projection names (q/k/v/o, gate/up/down), gradient checkpointing, and a plain `nn.Linear`
 `diffusion_head` returned by `get_output_embeddings()` so the fused-head loss path can be taken.
 No dropout: the forward never touches the RNG, so noise draws alone decide the masks.
+
+NVIDIA's `dlm_paradigm="block_diff"` is kept as its forward has it: given labels, the sequence
+`[noisy; clean]` of twice the row's length, each half at positions 0..L-1, under the block-diffusion
+attention rule (`block_diff_mask`); `logits` of the noisy half, `causal_logits` of the clean half, and its
+own `(sum, count)` loss unless `skip_loss`. Without labels the rule is applied to the single row, cut at its
+middle, as NVIDIA's does. (The rule is applied as a dense mask here: NVIDIA's uses FlexAttention.)
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -106,16 +113,40 @@ class NemotronLabsDiffusionBackbone(NemotronLabsDiffusionPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    def forward(self, input_ids, attention_mask=None):
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.embed_tokens(input_ids) + self.embed_positions(positions)[None]
+    def forward(self, input_ids, attention_mask=None, position_ids=None, attention_rule=None):
+        """`attention_mask`: (batch, length) keys to attend; `attention_rule`: instead, a boolean (query, key) rule;
+        `position_ids`: one position per token (default 0..L-1)."""
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.embed_tokens(input_ids) + self.embed_positions(position_ids)[None]
         bias = None
-        if attention_mask is not None:
-            keep = attention_mask[:, None, None, :].bool()
+        if attention_mask is not None or attention_rule is not None:
+            keep = attention_mask[:, None, None, :].bool() if attention_rule is None else attention_rule[None, None]
             bias = torch.zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(~keep, torch.finfo(x.dtype).min)
         for layer in self.layers:
             x = layer(x, bias)
         return self.norm(x)
+
+
+def block_diff_mask(length, block_size, device=None):
+    """NVIDIA's block-diffusion rule over a sequence of `length` whose second half is the clean copy: a noisy
+    token sees its own block of the noisy half and the clean half's earlier blocks; a clean token sees the
+    clean tokens up to itself."""
+    n = length // 2
+    q_idx = torch.arange(length, device=device)[:, None]
+    kv_idx = torch.arange(length, device=device)[None, :]
+    clean_q, clean_kv = q_idx >= n, kv_idx >= n
+    block_q = torch.where(clean_q, q_idx - n, q_idx) // block_size
+    block_kv = torch.where(clean_kv, kv_idx - n, kv_idx) // block_size
+    block_diagonal = (block_q == block_kv) & ~clean_q & ~clean_kv
+    offset_block_causal = (block_q > block_kv) & clean_kv & ~clean_q
+    causal = (q_idx >= kv_idx) & clean_q & clean_kv
+    return block_diagonal | offset_block_causal | causal
+
+
+@dataclass
+class BlockDiffusionOutput(MaskedLMOutput):
+    causal_logits: torch.Tensor = None
 
 
 class NemotronLabsDiffusionModel(NemotronLabsDiffusionPreTrainedModel):
@@ -137,6 +168,47 @@ class NemotronLabsDiffusionModel(NemotronLabsDiffusionPreTrainedModel):
     def set_output_embeddings(self, value):
         self.diffusion_head = value
 
-    def forward(self, input_ids=None, attention_mask=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        labels=None,
+        masked_indices=None,
+        p_mask=None,
+        skip_loss=False,
+        **kwargs,
+    ):
+        if getattr(self.config, "dlm_paradigm", "bidirectional") == "block_diff":
+            return self._block_diff(input_ids, labels, masked_indices, p_mask, skip_loss)
         hidden = self.model(input_ids, attention_mask)
         return MaskedLMOutput(logits=self.diffusion_head(hidden))
+
+    def _block_diff(self, input_ids, labels, masked_indices, p_mask, skip_loss, eps=1e-3):
+        length = input_ids.shape[1]
+        positions = torch.arange(length, device=input_ids.device)
+        sequence = input_ids
+        if labels is not None:
+            if masked_indices is None:  # NVIDIA's forward_process: t per row, then one uniform per token
+                t = torch.rand(input_ids.shape[0], device=input_ids.device)
+                p_mask = ((1 - eps) * t + eps)[:, None].expand(-1, length)
+                masked_indices = torch.rand(input_ids.shape, device=input_ids.device) < p_mask
+            noisy = torch.where(masked_indices, self.config.mask_token_id, input_ids)
+            sequence = torch.cat([noisy, input_ids], dim=1)
+            positions = torch.cat([positions, positions])  # each half at its own positions
+        rule = block_diff_mask(sequence.shape[1], self.config.block_size, input_ids.device)
+        logits = self.diffusion_head(self.model(sequence, position_ids=positions, attention_rule=rule))
+        if labels is None:
+            return BlockDiffusionOutput(logits=logits)
+        logits, causal_logits = logits[:, :length], logits[:, length:]
+        loss = None
+        if not skip_loss:  # NVIDIA's own: (diffusion sum + w * AR sum, masked + int(w * L))
+            diffusion = (
+                nn.functional.cross_entropy(logits[masked_indices], labels[masked_indices], reduction="none")
+                / p_mask[masked_indices]
+            ).sum()
+            ar = nn.functional.cross_entropy(
+                causal_logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), reduction="sum"
+            )
+            weight = self.config.ar_loss_weight
+            loss = (diffusion + weight * ar, masked_indices.sum() + int(weight * length))
+        return BlockDiffusionOutput(loss=loss, logits=logits, causal_logits=causal_logits)

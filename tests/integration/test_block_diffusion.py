@@ -1,0 +1,130 @@
+"""NVIDIA's block-diffusion mode (a checkpoint whose config says dlm_paradigm="block_diff"): Trainer.train()
+through the real DiffusionTrainer, every window held to the oracle's block-diffusion objective (loss, every
+gradient, the parameters after the step); the release alone misses it; a run that asks for what the mode does
+not combine with, or a paradigm the plugin does not train, is refused in one line."""
+
+import os
+
+import pytest
+import torch
+
+import unsloth_diffusion_norm
+from unsloth_diffusion_norm.proof import experiment, fixtures, oracle
+from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers, mixed_answers
+from unsloth_diffusion_norm.proof.judging import OracleSettings, judge
+from unsloth_diffusion_norm.proof.tiny_model import write_tiny_checkpoint
+from unsloth_diffusion_norm.registry import PATCHED
+
+MODE = unsloth_diffusion_norm.apply().mode
+BLOCK = 4  # the tiny answers span two to four blocks
+SETTINGS = OracleSettings(block=oracle.BlockDiffusion(BLOCK))
+patched_only = pytest.mark.skipif(MODE != PATCHED, reason="the releases the plugin trains the mode on")
+
+
+def checkpoint(paradigm="block_diff"):
+    """The tiny checkpoint configured as NVIDIA's recipe configures the 8B (one per process and paradigm)."""
+    if paradigm not in CHECKPOINTS:
+        where = os.path.join(fixtures.scratch("udn-block-"), "tiny")
+        CHECKPOINTS[paradigm] = write_tiny_checkpoint(where, dlm_paradigm=paradigm, block_size=BLOCK)
+    return CHECKPOINTS[paradigm]
+
+
+CHECKPOINTS = {}
+
+CASES = {
+    "ga-1": dict(examples=equal_answers(2), gradient_accumulation_steps=1),
+    "ga-2": dict(examples=equal_answers(4), seed=1),
+    "ga-4-mixed-lengths": dict(examples=mixed_answers(4), gradient_accumulation_steps=4),
+    "batch-2-padded-rows": dict(examples=mixed_answers(4), batch_size=2),
+    "partial-last-window-ga3-over-5": dict(examples=equal_answers(5), gradient_accumulation_steps=3),
+    "micro-batch-without-supervised-tokens": dict(examples=[Example([10, 11, 12], [], eos=False), *equal_answers(3)]),
+    "lora-frozen-head": dict(examples=equal_answers(4), lora="frozen-head"),
+}
+
+
+@patched_only
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_block_diff_checkpoint_trains_nvidias_objective_and_the_release_alone_misses_it(case, plugin):
+    spec = dict(CASES[case])
+    run = experiment.train(checkpoint=checkpoint(), **spec)
+    verdicts = [judge(run, window, SETTINGS) for window in run.windows]
+    for i, verdict in enumerate(verdicts):
+        assert verdict.ok, f"{case}, window {i}: {verdict}"
+        logs = run.windows[i].logs
+        # the two terms beside the total, each normalized as in the loss: total = alpha * diffusion + AR
+        assert logs["loss"] == pytest.approx(SETTINGS.block.alpha * logs["loss_diffusion"] + logs["loss_ar"], rel=1e-5)
+    if case == "ga-4-mixed-lengths":  # the release alone: the model called with the noisy row, no labels
+        with unsloth_diffusion_norm.unpatched():
+            alone = experiment.train(checkpoint=checkpoint(), **spec)
+        assert judge(alone, alone.windows[0], SETTINGS).worst > oracle.CONTROL_FACTORS["fp32"]
+
+
+@patched_only
+def test_a_window_with_nothing_masked_or_supervised_gives_a_loss_of_0_and_zero_gradients(plugin):
+    run = experiment.train([Example([10, 11, 12], [], eos=False)] * 2, checkpoint=checkpoint())
+    (window,) = run.windows
+    assert window.logged_loss == 0.0 and judge(run, window, SETTINGS).ok
+    assert all(float(g.abs().max()) == 0.0 for g in window.grads.values())
+
+
+@patched_only
+def test_per_sample_noise_four_rows_in_one_micro_batch_equal_four_micro_batches_of_one(plugin):
+    """Each row's fill ends at its own block boundary and its padding sits in later blocks, which none of its
+    tokens sees: the layout of the step does not change the objective (per-sample masks do not depend on it)."""
+    examples = mixed_answers(4)  # answers of 3, 5, 7 and 9 tokens
+    together = experiment.train(
+        examples, checkpoint=checkpoint(), batch_size=4, gradient_accumulation_steps=1, diffusion_noise="per_sample"
+    )
+    apart = experiment.train(
+        examples, checkpoint=checkpoint(), batch_size=1, gradient_accumulation_steps=4, diffusion_noise="per_sample"
+    )
+    for run in (together, apart):
+        assert judge(run, run.windows[0], SETTINGS).ok
+    assert together.windows[0].logged_loss == pytest.approx(apart.windows[0].logged_loss, rel=1e-6)
+    after = together.windows[0].params_after
+    for name, value in apart.windows[0].params_after.items():
+        assert oracle.max_error(value, after[name]) <= oracle.tolerance(after[name]), name
+
+
+@pytest.mark.parametrize(
+    "paradigm, asked, words",
+    [
+        ("block_diff", dict(diffusion_complementary_masks=True), "diffusion_complementary_masks=True"),
+        ("block_diff", dict(diffusion_loss_normalization="microbatch"), "diffusion_loss_normalization='microbatch'"),
+        ("autoregressive", {}, "dlm_paradigm='autoregressive'"),
+    ],
+)
+def test_what_the_mode_does_not_combine_with_and_a_paradigm_it_does_not_train_are_refused_in_one_line(
+    plugin, paradigm, asked, words
+):
+    with pytest.raises(ValueError) as refused:
+        experiment.build(equal_answers(2), experiment.Setup.of(checkpoint=checkpoint(paradigm), **asked))
+    message = str(refused.value)
+    assert "\n" not in message
+    if MODE != PATCHED and paradigm == "block_diff":  # a release the plugin does not train it on yet says so first
+        assert "does not train NVIDIA's block-diffusion objective" in message
+    else:
+        assert words in message
+
+
+def test_the_tiny_models_own_forward_is_nvidias_block_diffusion_forward():
+    """The stand-in for NVIDIA's class: its [noisy; clean] forward equals the oracle's construction from the
+    published description, and its own (sum, count) is NVIDIA's: diffusion sum + w * AR sum, masked + int(w * L)."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(checkpoint(), trust_remote_code=True)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, 90, (2, 10), generator=generator)
+    masked = torch.rand(2, 10, generator=generator) < 0.5
+    p_mask = torch.full((2, 10), 0.5)
+    with torch.no_grad():
+        output = model(input_ids=tokens, labels=tokens, masked_indices=masked, p_mask=p_mask)
+        noisy, clean = oracle.block_diffusion_logits(model, tokens, masked, fixtures.MASK_ID, BLOCK)
+    assert oracle.max_error(output.logits, noisy) <= oracle.tolerance(noisy)
+    assert oracle.max_error(output.causal_logits, clean) <= oracle.tolerance(clean)
+    ce = torch.nn.functional.cross_entropy
+    diffusion = (ce(noisy[masked], tokens[masked], reduction="none") / p_mask[masked]).sum()
+    ar = ce(clean[:, :-1].reshape(-1, clean.shape[-1]), tokens[:, 1:].reshape(-1), reduction="sum")
+    total, count = output.loss
+    assert float(total) == pytest.approx(float(diffusion + ar), rel=1e-5)
+    assert int(count) == int(masked.sum()) + 10
