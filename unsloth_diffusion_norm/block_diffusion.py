@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import config
 from .noise import Noise
 
 BIDIRECTIONAL, BLOCK_DIFF = "bidirectional", "block_diff"
@@ -117,8 +118,6 @@ def check_run(model_config, args, plugin_trains_it=True, release=None):
     """At a trainer's construction: the run's BlockDiffusion (None for a bidirectional model), or ValueError in one
     line where the run asks for what block diffusion does not combine with, or where the installed release's
     patch set cannot train it (`plugin_trains_it` False: `release` names it) - never a silently other objective."""
-    from . import config
-
     block = of_config(model_config)
     if block is None:
         return None

@@ -34,15 +34,19 @@ CHUNK = 512  # masked tokens scored at a time: a chunk's fp32 logits are CHUNK x
 ABSENT = -1.0  # a slot of the window this rank has no micro-batch in (the epoch's last window)
 
 
-def summary(noises, counts, slots):
+def summary(noises, counts, slots, supervised=None):
     """This rank's part, one float64 vector: the masked tokens of each of the window's `slots` micro-batches
-    (ABSENT where it has none), then the sum of its rows' noise levels, of their squares, and the rows.
+    (ABSENT where it has none), then the sum of its rows' noise levels, of their squares, and the rows; then,
+    for a block-diffusion window, its `supervised` tokens (the AR term's count, gathered in the same collective).
     (Float64 holds every count exactly; a row's level is its mask probability p = (1 - eps)·t + eps.)"""
     levels = torch.cat([noise.p_mask[:, 0] for noise in noises]).double()
     per_slot = torch.full((slots,), ABSENT, dtype=torch.float64, device=counts.device)
     per_slot[: len(counts)] = counts.double()
     rows = torch.tensor([float(levels.numel())], dtype=torch.float64, device=counts.device)
-    return torch.cat([per_slot, levels.sum().reshape(1), (levels * levels).sum().reshape(1), rows])
+    parts = [per_slot, levels.sum().reshape(1), (levels * levels).sum().reshape(1), rows]
+    if supervised is not None:
+        parts.append(supervised.double().reshape(1))
+    return torch.cat(parts)
 
 
 def of(everyone, slots, count):
@@ -51,7 +55,7 @@ def of(everyone, slots, count):
     where it is: the moved share and the levels' mean and spread are unchanged by repeating all of them."""
     counts = everyone[:, :slots].flatten()
     present = counts != ABSENT  # (masked, not indexed: no wait for the device)
-    level_sum, square_sum, rows = everyone[:, slots:].sum(dim=0)
+    level_sum, square_sum, rows = everyone[:, slots : slots + 3].sum(dim=0)
     mean = level_sum / rows
     spread = (square_sum / rows - mean * mean).clamp_min(0).sqrt()
     total = torch.where(present, counts, 0).sum()
@@ -69,23 +73,26 @@ def of(everyone, slots, count):
 
 def observer(trainer, upstream=False):
     """`observer(slots)` for this trainer's windows (`upstream`: counted as window.data_parallel_rule counts for
-    Unsloth's own loss): for a window of `slots` micro-batches, `observe(noises, counts)` gives its count, the
-    same as the rule's reduction gives, and its metrics, from one gather of every rank's `summary` (no
-    collective where the count is rank-local). None where the run turned them off (diffusion_metrics=False)."""
+    Unsloth's own loss): for a window of `slots` micro-batches, `observe(noises, counts, supervised=None)` gives
+    its count, the same as the rule's reduction gives, its metrics, and its `supervised` tokens counted alike (a
+    block-diffusion window's; None otherwise), from one gather of every rank's `summary` (no collective where the
+    count is rank-local). None where the run turned them off (diffusion_metrics=False)."""
     if not config.METRICS.of(trainer.args):
         return None
     accelerator = trainer.accelerator
     replicas, _ = window.trainer_counting(trainer, upstream)
 
     def observer_of(slots):
-        def observe(noises, counts):
-            local = summary(noises, counts, slots)[None]
+        def observe(noises, counts, supervised=None):
+            local = summary(noises, counts, slots, supervised)[None]
             if replicas is None:
                 count = counts.sum()
-                return count, of(local, slots, count)
+                return count, of(local, slots, count), supervised
             everyone = accelerator.gather(local)
             count = (everyone[:, :slots].clamp_min(0).sum() // replicas).to(counts.dtype)
-            return count, of(everyone, slots, count)
+            if supervised is not None:
+                supervised = (everyone[:, slots + 3].sum() // replicas).to(counts.dtype)
+            return count, of(everyone, slots, count), supervised
 
         return observe
 
@@ -103,7 +110,7 @@ def log_drawn(trainer, batches, slots):
     if observe is None or sink is None or not prepared or any(p is None for p in prepared):
         return  # (metrics off, another release's trainer, or a window upstream did not draw: nothing to say)
     drawn = [noise.Noise(*p) for p in prepared]
-    _, found = observe(slots)(drawn, torch.stack([d.masked.sum() for d in drawn]))
+    _, found, _ = observe(slots)(drawn, torch.stack([d.masked.sum() for d in drawn]))
     for name, value in found.items():
         sink[f"train/{name}"].append(value.detach().float().reshape(()))
 

@@ -46,7 +46,7 @@ def _window_loss(release, profile, model, inputs, args, this_window):
             "was get_batch_samples bypassed?"
         )
 
-    block = block_diffusion.of_config(construction.model_config(model))
+    block = this_window.block
 
     def draw(batch):
         if block is not None:
@@ -59,7 +59,7 @@ def _window_loss(release, profile, model, inputs, args, this_window):
     drawn = this_window.noise(slot, draw)
     score = this_window.scorer()  # (a Window has a scorer only on the dense shape, whose loss holds the logits)
     if block is not None:
-        supervised, share = this_window.supervised_count(), len(this_window.batches)
+        supervised, share = this_window.supervised, len(this_window.batches)
         result = this_window.divide(
             lambda count: block_diffusion.loss(model, drawn, block, count, supervised, share, score)
         )
@@ -112,7 +112,9 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
     rule = window.data_parallel_rule(trainer)
     # Training accuracy where the loss holds the logits (the dense shape); the chunked loss fuses the head
     accuracy = metrics.training_accuracy(trainer) if release.shape == detect.DENSE else None
-    return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer), accuracy)
+    # Read from the model's config once per window, not kept at construction: a trainer built unpatched has none.
+    block = block_diffusion.of_config(construction.model_config(trainer.model))
+    return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer), accuracy, block)
 
 
 def _trainer_compute_loss(release, wrapped, trainer, pos, kwargs):

@@ -21,37 +21,37 @@ class Window:
     Trainer restored a checkpoint's RNG state, before any forward - in micro-batch order, so the draws
     are the release's own. Only the inputs and their noise are kept until the window ends."""
 
-    def __init__(self, batches, reduce_count, loss_scale, observe=None, accuracy=None):
+    def __init__(self, batches, reduce_count, loss_scale, observe=None, accuracy=None, block=None):
         self.batches = batches
         self.reduce_count = reduce_count
         self.loss_scale = loss_scale
-        self.observe = observe  # metrics.observer's (the count and the metrics), or None: no metrics logged
+        self.observe = observe  # metrics.observer's (the counts and the metrics), or None: no metrics logged
         self.accuracy = accuracy  # metrics.TrainingAccuracy, where the loss holds the logits and metrics are on
+        self.block = block  # the run's block_diffusion.BlockDiffusion, or None (bidirectional)
         self.noises = None
         self.count = None  # realized masked tokens of the window (summed across ranks when asked)
-        self.supervised = None  # block diffusion's AR count: the window's supervised tokens (ditto)
+        self.supervised = None  # a block-diffusion window's AR count: its supervised tokens (ditto)
         self.metrics = None
 
     def noise(self, index, draw):
-        """Micro-batch `index`'s noise; at the first call, `draw(batch)` for every micro-batch, the count, and
-        the window's metrics where the run logs them."""
+        """Micro-batch `index`'s noise; at the first call, `draw(batch)` for every micro-batch, the count (and a
+        block-diffusion window's supervised count, in the same collective), and the window's metrics where the run
+        logs them."""
         if self.noises is None:
             self.noises = [draw(batch) for batch in self.batches]
             counts = torch.stack([noise.masked.sum() for noise in self.noises])
-            if self.observe is None:
+            supervised = None
+            if self.block is not None:
+                supervised = torch.stack([noise.maskable.sum() for noise in self.noises]).sum()
+            if self.observe is not None:  # the counts travel with the metrics: still one collective per window
+                self.count, self.metrics, self.supervised = self.observe(self.noises, counts, supervised)
+            elif supervised is None:
                 self.count = self.reduce_count(counts.sum())
-            else:  # the count travels with the metrics: still one collective per window
-                self.count, self.metrics = self.observe(self.noises, counts)
+            else:  # both counts in one collective
+                self.count, self.supervised = self.reduce_count(torch.stack([counts.sum(), supervised]))
             if self.accuracy is not None:
                 self.accuracy.counted(self.count)
         return self.noises[index]
-
-    def supervised_count(self):
-        """The window's supervised tokens (block diffusion's AR term: every maskable token), counted as the masked
-        tokens are; once its noise is drawn. (A second count collective where the count is summed across ranks.)"""
-        if self.supervised is None:
-            self.supervised = self.reduce_count(torch.stack([noise.maskable.sum() for noise in self.noises]).sum())
-        return self.supervised
 
     def scorer(self):
         """`score(logits, tokens, masked)` for a loss that holds the logits, or None where nothing is kept."""
@@ -77,18 +77,19 @@ class Window:
         return result
 
 
-def collect(trainer, epoch_iterator, num_batches, rule, observer=None, accuracy=None):
+def collect(trainer, epoch_iterator, num_batches, rule, observer=None, accuracy=None, block=None):
     """(the window's micro-batches, its Window) for `rule` = (reduce_count, loss_scale); ([], None) when the
     data is spent, as Trainer's own fetch returns. The Window stands in for Trainer's num_items_in_batch: not None,
     so Trainer does not divide by the accumulation steps again, and its count is known once its noise is drawn.
     `observer(slots)`: the window's metrics.observer, or None; `accuracy`: the run's metrics.TrainingAccuracy,
-    or None."""
+    or None; `block`: the run's block_diffusion.BlockDiffusion, or None."""
     batches = fetch(trainer, epoch_iterator, num_batches)
     if not batches:
         return batches, None
     if accuracy is not None:
         accuracy.collected()
-    return batches, Window(batches, *rule, observe=observer(num_batches) if observer else None, accuracy=accuracy)
+    observe = observer(num_batches) if observer else None
+    return batches, Window(batches, *rule, observe=observe, accuracy=accuracy, block=block)
 
 
 def fetch(trainer, epoch_iterator, num_batches):
@@ -122,8 +123,11 @@ def data_parallel_rule(trainer, upstream=False):
     replicas, loss_scale = trainer_counting(trainer, upstream)
     if replicas is None:
         return (lambda count: count), loss_scale
-    # One collective per window: every rank's local count, gathered once when the noise is drawn.
-    return (lambda count: accelerator.gather(count.reshape(1)).sum() // replicas), loss_scale
+    # One collective per window: every rank's local count (or counts: a 1-d tensor), gathered once when the noise
+    # is drawn.
+    return (
+        lambda count: accelerator.gather(count.reshape(1, -1)).sum(dim=0).reshape(count.shape) // replicas
+    ), loss_scale
 
 
 def counting_rule(average_tokens_across_devices, world_size, num_processes, parallelism_config, upstream=False):

@@ -83,6 +83,9 @@ def test_the_rule_bound_to_a_trainer_gathers_once_and_counts_each_batch_once():
     assert scale == 1 and reduce(torch.tensor(10)) == 10
     big = data_parallel_rule(trainer_on(2))[0](torch.tensor(2**24 + 1))  # a count past float32's whole numbers
     assert big == 2**25 + 3 and big.dtype == torch.int64
+    # A block-diffusion window's two counts (masked, supervised) in the same one gather, each summed on its own
+    both = data_parallel_rule(trainer_on(4, dict(dp_shard_size=2, tp_size=2)))[0](torch.tensor([10, 20]))
+    assert both.tolist() == [(10 + 11 + 12 + 13) // 2, (20 + 21 + 22 + 23) // 2]
 
 
 def test_a_window_that_runs_out_of_data_keeps_what_it_got_in_order():
@@ -178,12 +181,19 @@ def test_every_metrics_path_counts_each_batch_once_where_tensor_parallel_ranks_h
     rows = [SimpleNamespace(p_mask=torch.tensor([[0.5]]))]
     everyone = trainer.accelerator.gather(metrics.summary(rows, torch.tensor([10]), 1)[None])  # every rank's
     for upstream, replicas in ((False, 2), (True, 1)):
-        count, found = metrics.observer(trainer, upstream)(1)(rows, torch.tensor([10]))
+        count, found, supervised = metrics.observer(trainer, upstream)(1)(rows, torch.tensor([10]))
         assert count == (10 + 11 + 12 + 13) // replicas and count.dtype == torch.int64, upstream
+        assert supervised is None  # (a bidirectional window has no second count)
         assert {k: v.item() for k, v in found.items()} == {
             k: v.item() for k, v in metrics.of(everyone, 1, count).items()
         }
     assert metrics.observer(trainer)(1)(rows, torch.tensor([10]))[0] == (10 + 11 + 12 + 13) // 2  # (the default)
+    # A block-diffusion window's supervised tokens ride in the same gather, counted as the masked ones are; its
+    # metrics are those of the summary without them
+    count, found, supervised = metrics.observer(trainer)(1)(rows, torch.tensor([10]), torch.tensor(30))
+    assert count == (10 + 11 + 12 + 13) // 2 and supervised == (30 + 31 + 32 + 33) // 2
+    assert supervised.dtype == torch.int64
+    assert {k: v.item() for k, v in found.items()} == {k: v.item() for k, v in metrics.of(everyone, 1, count).items()}
     # A window a natively fixed release drew at its fetch is counted as upstream counts (every process's summed)
     from collections import defaultdict
 
