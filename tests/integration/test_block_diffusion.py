@@ -128,3 +128,20 @@ def test_the_tiny_models_own_forward_is_nvidias_block_diffusion_forward():
     total, count = output.loss
     assert float(total) == pytest.approx(float(diffusion + ar), rel=1e-5)
     assert int(count) == int(masked.sum()) + 10
+
+
+def test_doctor_model_names_the_paradigm_and_what_unsloth_alone_and_the_plugin_do_with_it(plugin, capsys):
+    from unsloth_diffusion_norm.tools import cli
+
+    code = cli.main(["doctor", "--trust-remote-code", "--model", checkpoint()])
+    lines = capsys.readouterr().out.splitlines()
+    model = next(line for line in lines if line.startswith("Model:"))
+    assert f"block_diff (block size {BLOCK}): AFFECTED in Unsloth alone" in model
+    if MODE == PATCHED:  # the self-check judged by the oracle's block-diffusion objective
+        assert code == 0 and "trained by the plugin" in model
+        assert any(line.startswith("Self-check") and ": PASS" in line for line in lines), lines
+    else:
+        assert code == 1 and "refused by the plugin on this release" in model
+    assert cli.main(["doctor", "--trust-remote-code", "--model", checkpoint("autoregressive")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "dlm_paradigm='autoregressive'" in error

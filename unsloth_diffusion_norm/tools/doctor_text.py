@@ -49,7 +49,7 @@ def _everything(report):
         shrunk = ", ".join(f"{key} {full}→{tiny}" for key, (full, tiny) in model["changes"].items())
         lines.append(
             f"Model: {model['dir']}: {model['class']} (model_type {model['model_type']}, Unsloth profile "
-            f"{model['profile']}) from its own code, at a tiny size with random weights: {shrunk}"
+            f"{model['profile']}{_paradigm(report)}) from its own code, at a tiny size with random weights: {shrunk}"
         )
     return lines + _check_lines(report, verbose=True)
 
@@ -70,7 +70,8 @@ def _summary(report):
     model = report.get("model")
     if model:
         lines.append(
-            f"Model: {model['dir']}: {model['class']} (profile {model['profile']}), a tiny random copy "
+            f"Model: {model['dir']}: {model['class']} (profile {model['profile']}{_paradigm(report)}), a tiny "
+            "random copy "
             "(--verbose: its sizes)"
         )
     return lines + _check_lines(report, verbose=False)
@@ -131,6 +132,20 @@ def _outcome(report):
         said += " and the plugin's installation is broken" if mode == BROKEN else f" and the plugin is {mode}"
         said += f" ({report['reason']})" if mode == DISABLED else ""
     return f"{word} - {said}"
+
+
+def _paradigm(report):
+    """ ", " and NVIDIA's block-diffusion mode where the checkpoint's config asks for it, with what Unsloth alone and
+    the plugin do with it; nothing for the bidirectional mode every other check assumes."""
+    said = report["model"].get("dlm_paradigm") or ""
+    if not said.startswith("block_diff"):
+        return ""
+    mode = report["mode"]
+    plugin = {PATCHED: "trained by the plugin", NATIVE: "refused by the plugin on this release"}
+    return (
+        f", {said}: AFFECTED in Unsloth alone (the noisy row only, cut in two by its attention); "
+        f"{plugin.get(mode, f'not fixed (the plugin is {mode})')}"
+    )
 
 
 def _defects(report):

@@ -68,6 +68,7 @@ class OwnModel:
     mask_id: int
     examples: list = field(default_factory=list)
     seconds: float = 0.0  # to write the copy
+    block: object = None  # a block_diff checkpoint's block_diffusion.BlockDiffusion (NVIDIA's training mode)
 
     def describe(self):
         return {
@@ -78,6 +79,9 @@ class OwnModel:
             "changes": self.changes,
             "eos_token_id": self.eos_id,
             "mask_token_id": self.mask_id,
+            "dlm_paradigm": "bidirectional"
+            if self.block is None
+            else f"block_diff (block size {self.block.block_size})",
             "build_seconds": self.seconds,
         }
 
@@ -195,6 +199,8 @@ def _first(config, keys):
 def prepare(source, settings=(), workdir=None):
     """Check `source`, write its tiny random copy into a new directory under `workdir` (default: the temporary
     directory) and return the OwnModel. Raises Refused with one line when the self-check cannot run on it."""
+    from .. import block_diffusion  # (torch: not at the command line's start)
+
     started = time.perf_counter()
     source = os.path.abspath(source)
     config = read(source)
@@ -208,6 +214,10 @@ def prepare(source, settings=(), workdir=None):
     with open(os.path.join(checkpoint, "config.json"), "w") as f:
         json.dump(tiny, f, indent=2, sort_keys=True)
     config, profile, auto = _resolve(source, checkpoint)
+    try:  # the training mode its config asks for; one the plugin does not train is refused here
+        block = block_diffusion.of_config(config)
+    except ValueError as error:
+        raise Refused(str(error).removeprefix(block_diffusion.PREFIX)) from None
     eos_id, mask_id, examples = _token_ids(source, checkpoint, tiny)
     model_class = _write_weights(source, checkpoint, config, auto, changes)
     return OwnModel(
@@ -221,6 +231,7 @@ def prepare(source, settings=(), workdir=None):
         mask_id,
         examples,
         round(time.perf_counter() - started, 2),
+        block,
     )
 
 

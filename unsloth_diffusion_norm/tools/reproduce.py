@@ -46,6 +46,7 @@ def judge_copy(run, model, normalization=None, complementary=False):
             shift=objective.shift,
             normalization=normalization or objective.normalization,
             complementary=complementary,
+            block=None if model.block is None else oracle.BlockDiffusion(model.block.block_size, model.block.alpha),
         ),
     )
 
