@@ -58,16 +58,14 @@ def _window_loss(release, profile, model, inputs, args, this_window):
     slot = inputs[batch_keys.SLOT]
     drawn = this_window.noise(slot, draw)
     score = this_window.scorer()  # (a Window has a scorer only on the dense shape, whose loss holds the logits)
-    if block is not None:
-        supervised, share = this_window.supervised, len(this_window.batches)
-        result = this_window.divide(
-            lambda count: block_diffusion.loss(model, drawn, block, count, supervised, share, score)
-        )
-    else:
-        result = this_window.divide(
-            lambda count: LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module, score)
-        )
-    return this_window.logged(slot, result)
+
+    def loss_of(count):
+        if block is not None:  # the window's two counts; its logged terms scaled to the window's value
+            share = len(this_window.batches)
+            return block_diffusion.loss(model, drawn, block, count, this_window.supervised, share, score)
+        return LOSSES[release.shape](profile, model, drawn, args, count, release.masked_module, score)
+
+    return this_window.logged(slot, this_window.divide(loss_of))
 
 
 def _block_draw(release, profile, model, batch, args, block):
