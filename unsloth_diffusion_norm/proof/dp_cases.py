@@ -37,6 +37,13 @@ class Case:
     inverse_t: bool = True
     max_grad_norm: float = 0.0
 
+    def block(self):
+        """NVIDIA's block-diffusion settings the case's model config asks for (the oracle's), or None."""
+        from .oracle import BlockDiffusion
+
+        config = self.model_config or {}
+        return BlockDiffusion(config["block_size"]) if config.get("dlm_paradigm") == "block_diff" else None
+
     def plain(self):
         """Whether the case runs at the objective's and the step's defaults."""
         return self.eps is None and self.inverse_t and not self.max_grad_norm
@@ -64,6 +71,9 @@ class Case:
         return cls(**{**values, "per_rank": per_rank})
 
 
+# The tiny checkpoint configured as NVIDIA's SFT recipe configures the 8B (blocks of 4: the answers span several).
+BLOCK_DIFF = {"dlm_paradigm": "block_diff", "block_size": 4}
+
 CASES = {
     "unequal-counts": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], evaluate=True),
     "unequal-counts-unpatched": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], patched=False),
@@ -89,6 +99,11 @@ CASES = {
     ),
     "complementary-masks": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], complementary=True),
     "fixed-eval-noise": Case(2, [answers(LONG, 4), answers(SHORT, 4, 14)], evaluate=True, eval_noise="fixed"),
+    # NVIDIA's block-diffusion mode (2026.10.4-.6): both counts summed across ranks in the one gather, or rank-local.
+    "block-diffusion": Case(2, [answers(LONG, 2), answers(SHORT, 2, 14)], model_config=BLOCK_DIFF),
+    "block-diffusion-rank-local": Case(
+        2, [answers(LONG, 2), answers(SHORT, 2, 14)], average_tokens_across_devices=False, model_config=BLOCK_DIFF
+    ),
     "three-ranks": Case(3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], evaluate=True),
     "three-ranks-rank-local": Case(
         3, [answers(LONG, 2), answers(SHORT, 2, 14), answers(LONG[:7], 2, 16)], average_tokens_across_devices=False

@@ -216,7 +216,7 @@ def _judged(run, seen, rank, rank_local, case):
 
     # The case's objective and step (mask pairs: the oracle builds them too; clipping: it clips as torch does).
     settings = judging.OracleSettings(
-        complementary=case.complementary, inverse_t=case.inverse_t, max_grad_norm=case.max_grad_norm
+        complementary=case.complementary, inverse_t=case.inverse_t, max_grad_norm=case.max_grad_norm, block=case.block()
     )
     if case.eps is not None:
         settings = replace(settings, eps=case.eps)
