@@ -114,20 +114,13 @@ def loss(model, noise, settings, masked_count, supervised_count, share=1, score=
     return total, None, metrics
 
 
-def check_run(model_config, args, plugin_trains_it=True, release=None):
+def check_run(model_config, args):
     """At a trainer's construction: the run's BlockDiffusion (None for a bidirectional model), or ValueError in one
-    line where the run asks for what block diffusion does not combine with, or where the installed release's
-    patch set cannot train it (`plugin_trains_it` False: `release` names it) - never a silently other objective."""
+    line where the run asks for what block diffusion does not combine with - never a silently other objective."""
     block = of_config(model_config)
     if block is None:
         return None
     asked = f"the model's config sets {PARADIGM}={BLOCK_DIFF!r}"
-    if not plugin_trains_it:
-        raise ValueError(
-            f"{PREFIX}{asked}, and on {release} the plugin does not train NVIDIA's block-diffusion objective yet "
-            "(Unsloth alone would train that model with the wrong attention); train it on Unsloth 2026.10.4-.6, or "
-            f"load the checkpoint with {PARADIGM}={BIDIRECTIONAL!r}."
-        )
     refused = (
         (config.NORMALIZATION, config.NORMALIZATION.given(args) == config.MICROBATCH, "its counts are the window's"),
         (config.COMPLEMENTARY, config.COMPLEMENTARY.of(args), "mask pairs are not part of it"),

@@ -9,7 +9,6 @@ from . import (
     block_diffusion,
     config,
     construction,
-    detect,
     evaluation,
     metrics,
     noise,
@@ -36,13 +35,11 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     construction.check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return  # check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
-    block_diffusion.check_run(
-        construction.model_config(trainer.model), trainer.args, False, f"Unsloth {detect.unsloth_version()}"
-    )
+    block = block_diffusion.check_run(construction.model_config(trainer.model), trainer.args)
     mode = construction.settle_noise(trainer)
     profile = trainer.diffusion_profile
     config.check_lower_variance(trainer.args, profile, mode, config.plugin_draws_for(profile, trainer.args, mode))
-    patches = trainer_patches(release, trainer, mode)
+    patches = trainer_patches(release, trainer, mode) if block is None else _block_patches(release, trainer, mode)
     if patches:
         registry.apply_to_trainer(trainer, patches)
     samples.attach(trainer)
@@ -113,6 +110,60 @@ def trainer_patches(release, trainer, noise_mode):
     return patches + observed
 
 
+def _block_patches(release, trainer, noise_mode):
+    """A block_diff model's run (block_diffusion): upstream's draws (keyed under per-sample noise) over each row's
+    fill, the mode's loss of both window counts; Unsloth's compute_loss scales it for data parallel, as it scales
+    its own. Upstream's loss never runs for such a model: it would call it with the noisy row alone."""
+    profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=config.GLOBAL_MASKED_TOKENS)
+    patches = [
+        Patch("diffusion_profile", trainer, "diffusion_profile", lambda current: profile, "this trainer's own copy"),
+        Patch(
+            "model_accepts_loss_kwargs",
+            trainer,
+            "model_accepts_loss_kwargs",
+            lambda current: True,
+            "the loss carries the window's counts: Trainer does not divide by the accumulation steps again",
+        ),
+        Patch(
+            "diffusion_profile.compute_loss",
+            profile,
+            "compute_loss",
+            wrap_method(profile, _block_loss),
+            "NVIDIA's block-diffusion objective: the window's noise drawn at its first step over the filled rows, "
+            "alpha * diffusion / N_masked + AR / N_supervised",
+        ),
+    ]
+    order = None
+    if noise_mode == config.PER_SAMPLE:  # the keyed draws; the fetch that tags the rows is the one below
+        order = per_sample.data_order(trainer)
+        patches.append(_keyed_draws(release, profile))
+    block = block_diffusion.of_config(construction.model_config(trainer.model))
+    return [*patches, _fetch_undrawn_patch(trainer, order, block)]
+
+
+def _block_loss(wrapped, profile, pos, kwargs):
+    """A training micro-batch of a window: the window's noise and counts; anything else (evaluation, a direct
+    call): the micro-batch's own."""
+    model, inputs, args, this_window = loss_arguments(*pos, **kwargs)
+    block = block_diffusion.of_config(construction.model_config(model))
+
+    _, eos_id = profile._token_ids(model, args)
+
+    def draw(batch):  # upstream's draw (the profile copy's: keyed under per-sample noise) over the filled rows
+        prepared = lambda filled: noise.Noise(*profile.prepare_batch(model, filled, args))  # noqa: E731
+        return block_diffusion.draw(prepared, batch, block.block_size, eos_id)
+
+    if not isinstance(this_window, Window):
+        drawn = draw(inputs)
+        return block_diffusion.loss(model, drawn, block, *block_diffusion.counts(drawn))
+    slot = inputs[batch_keys.SLOT]
+    drawn = this_window.noise(slot, draw)
+    share = len(this_window.batches)
+    return this_window.logged(
+        slot, block_diffusion.loss(model, drawn, block, this_window.count, this_window.supervised, share)
+    )
+
+
 def _observed_patches(trainer):
     """A per-micro-batch run's metrics: each training micro-batch's draw observed before upstream's loss draws it,
     the steps' metrics put among upstream's at each log."""
@@ -174,13 +225,7 @@ def _per_sample_noise(release, trainer, profile):
     view attaches."""
     order = per_sample.data_order(trainer)
     return [
-        Patch(
-            "diffusion_profile.prepare_batch",
-            profile,
-            "prepare_batch",
-            wrap_method(profile, _keyed_prepare_batch, release),
-            "per-sample noise: each row's draws from its own keyed generator",
-        ),
+        _keyed_draws(release, profile),
         Patch(
             "get_batch_samples",
             trainer,
@@ -189,6 +234,16 @@ def _per_sample_noise(release, trainer, profile):
             "attaches each row's generator seed (seed, epoch, global position)",
         ),
     ]
+
+
+def _keyed_draws(release, profile):
+    return Patch(
+        "diffusion_profile.prepare_batch",
+        profile,
+        "prepare_batch",
+        wrap_method(profile, _keyed_prepare_batch, release),
+        "per-sample noise: each row's draws from its own keyed generator",
+    )
 
 
 def _keyed_prepare_batch(release, wrapped, profile, pos, kwargs):
@@ -207,26 +262,29 @@ def _tagged_batch_samples(order, wrapped, trainer, pos, kwargs):
     return batches, count
 
 
-def _fetch_undrawn_patch(trainer):
+def _fetch_undrawn_patch(trainer, order=None, block=None):
     """diffusion_noise="global" (the default): Unsloth's own draws (its prepare_batch, in micro-batch order),
     made when the window is first trained on instead of while it is fetched - after Trainer has restored a
-    resumed run's RNG. Upstream's loss and count arithmetic stay."""
+    resumed run's RNG. Upstream's loss and count arithmetic stay. A block-diffusion run's fetch too (`order`:
+    its per-sample data order, where it has one; `block`: its BlockDiffusion)."""
     # Upstream's compute_loss scales the loss by all processes itself: count the way upstream counts.
     reduce_count, _ = window.data_parallel_rule(trainer, upstream=True)
     return Patch(
         "get_batch_samples",
         trainer,
         "get_batch_samples",
-        wrap_method(trainer, _fetch_undrawn, reduce_count),
+        wrap_method(trainer, _fetch_undrawn, reduce_count, order, block),
         "fetches the window without drawing; one count collective when it is drawn",
     )
 
 
-def _fetch_undrawn(reduce_count, wrapped, trainer, pos, kwargs):
+def _fetch_undrawn(reduce_count, order, block, wrapped, trainer, pos, kwargs):
     # Upstream's own fetch draws; this one stands in for it whole (the device is _prepare_inputs' business).
     epoch_iterator, num_batches = batch_samples_arguments(*pos, **kwargs)
+    if order is not None:
+        epoch_iterator = order.tag(trainer.args, epoch_iterator)
     observer = metrics.observer(trainer, upstream=True)
-    return window.collect(trainer, epoch_iterator, num_batches, (reduce_count, 1), observer)
+    return window.collect(trainer, epoch_iterator, num_batches, (reduce_count, 1), observer, block=block)
 
 
 def _loss_drawn_at_first_step(wrapped, profile, pos, kwargs):

@@ -13,12 +13,10 @@ from unsloth_diffusion_norm.proof import experiment, fixtures, oracle
 from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers, mixed_answers
 from unsloth_diffusion_norm.proof.judging import OracleSettings, judge
 from unsloth_diffusion_norm.proof.tiny_model import write_tiny_checkpoint
-from unsloth_diffusion_norm.registry import PATCHED
 
-MODE = unsloth_diffusion_norm.apply().mode
+unsloth_diffusion_norm.apply()
 BLOCK = 4  # the tiny answers span two to four blocks
 SETTINGS = OracleSettings(block=oracle.BlockDiffusion(BLOCK))
-patched_only = pytest.mark.skipif(MODE != PATCHED, reason="the releases the plugin trains the mode on")
 
 
 def checkpoint(paradigm="block_diff"):
@@ -42,7 +40,6 @@ CASES = {
 }
 
 
-@patched_only
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_block_diff_checkpoint_trains_nvidias_objective_and_the_release_alone_misses_it(case, plugin):
     spec = dict(CASES[case])
@@ -59,7 +56,6 @@ def test_a_block_diff_checkpoint_trains_nvidias_objective_and_the_release_alone_
         assert judge(alone, alone.windows[0], SETTINGS).worst > oracle.CONTROL_FACTORS["fp32"]
 
 
-@patched_only
 def test_a_window_with_nothing_masked_or_supervised_gives_a_loss_of_0_and_zero_gradients(plugin):
     run = experiment.train([Example([10, 11, 12], [], eos=False)] * 2, checkpoint=checkpoint())
     (window,) = run.windows
@@ -67,7 +63,6 @@ def test_a_window_with_nothing_masked_or_supervised_gives_a_loss_of_0_and_zero_g
     assert all(float(g.abs().max()) == 0.0 for g in window.grads.values())
 
 
-@patched_only
 def test_per_sample_noise_four_rows_in_one_micro_batch_equal_four_micro_batches_of_one(plugin):
     """Each row's fill ends at its own block boundary and its padding sits in later blocks, which none of its
     tokens sees: the layout of the step does not change the objective (per-sample masks do not depend on it)."""
@@ -100,11 +95,7 @@ def test_what_the_mode_does_not_combine_with_and_a_paradigm_it_does_not_train_ar
     with pytest.raises(ValueError) as refused:
         experiment.build(equal_answers(2), experiment.Setup.of(checkpoint=checkpoint(paradigm), **asked))
     message = str(refused.value)
-    assert "\n" not in message
-    if MODE != PATCHED and paradigm == "block_diff":  # a release the plugin does not train it on yet says so first
-        assert "does not train NVIDIA's block-diffusion objective" in message
-    else:
-        assert words in message
+    assert "\n" not in message and words in message
 
 
 def test_the_tiny_models_own_forward_is_nvidias_block_diffusion_forward():
@@ -137,11 +128,8 @@ def test_doctor_model_names_the_paradigm_and_what_unsloth_alone_and_the_plugin_d
     lines = capsys.readouterr().out.splitlines()
     model = next(line for line in lines if line.startswith("Model:"))
     assert f"block_diff (block size {BLOCK}): AFFECTED in Unsloth alone" in model
-    if MODE == PATCHED:  # the self-check judged by the oracle's block-diffusion objective
-        assert code == 0 and "trained by the plugin" in model
-        assert any(line.startswith("Self-check") and ": PASS" in line for line in lines), lines
-    else:
-        assert code == 1 and "refused by the plugin on this release" in model
+    assert code == 0 and "trained by the plugin" in model  # the self-check judged by the oracle's objective
+    assert any(line.startswith("Self-check") and ": PASS" in line for line in lines), lines
     assert cli.main(["doctor", "--trust-remote-code", "--model", checkpoint("autoregressive")]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "dlm_paradigm='autoregressive'" in error

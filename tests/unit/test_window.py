@@ -213,7 +213,7 @@ def test_every_metrics_path_counts_each_batch_once_where_tensor_parallel_ranks_h
     from unsloth_diffusion_norm import native
 
     trainer._prepare_inputs = lambda inputs: inputs
-    _, undrawn = native._fetch_undrawn(lambda count: count, None, trainer, (iter([{}]), 1), {})
+    _, undrawn = native._fetch_undrawn(lambda count: count, None, None, None, trainer, (iter([{}]), 1), {})
     undrawn.noise(0, lambda batch: drawn)
     assert undrawn.count == 10 + 11 + 12 + 13
     trainer.args.gradient_accumulation_steps = 3

@@ -123,12 +123,12 @@ def _evaluated(results):
 
 def plan(ranks):
     """The cases of one launch; those that rewrite transformers.Trainer for good go last. Block diffusion only where
-    the plugin trains it (2026.10.4-.6; a natively fixed release refuses it at construction, tested on one process)."""
+    the plugin trains it (a release it patches or fixes the rest of)."""
     from ..detect import unsloth_version
-    from ..registry import PATCHED
+    from ..registry import NATIVE, PATCHED
     from .fixtures import expected_mode
 
-    trains_block = unsloth_version() is not None and expected_mode() == PATCHED
+    trains_block = unsloth_version() is not None and expected_mode() in (PATCHED, NATIVE)
     names = [name for name, case in CASES.items() if case.ranks == ranks and (trains_block or case.block() is None)]
     return sorted(names, key=lambda name: CASES[name].unsloth_ga_trainer)
 

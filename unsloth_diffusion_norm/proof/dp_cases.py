@@ -51,11 +51,12 @@ class Case:
     def collectives(self, native):
         """Collectives the library issues per window besides an engine's own traffic. One gather carries the count
         and the run's metrics; where Unsloth 2026.10.7+ draws the window at its fetch (per-sample noise, or the
-        checkpoint's own DP-varying ratio) its code gathers the count and the metrics take one gather of their own.
-        Rank-local counts exchange nothing."""
+        checkpoint's own DP-varying ratio) its code gathers the count and the metrics take one gather of their own;
+        a block-diffusion window is always the plugin's to fetch. Rank-local counts exchange nothing."""
         if not self.average_tokens_across_devices:
             return 0
-        return 1 + (native and (self.diffusion_noise == "per_sample" or bool(self.model_config)))
+        drawn_at_fetch = self.diffusion_noise == "per_sample" or bool(self.model_config)
+        return 1 + (native and self.block() is None and drawn_at_fetch)
 
     def examples(self):
         """The global order: accelerate deals micro-batches round-robin (rank r gets r, r+W, ...)."""

@@ -141,11 +141,8 @@ def _paradigm(report):
     if not said.startswith("block_diff"):
         return ""
     mode = report["mode"]
-    plugin = {PATCHED: "trained by the plugin", NATIVE: "refused by the plugin on this release"}
-    return (
-        f", {said}: AFFECTED in Unsloth alone (the noisy row only, cut in two by its attention); "
-        f"{plugin.get(mode, f'not fixed (the plugin is {mode})')}"
-    )
+    plugin = "trained by the plugin" if mode in (PATCHED, NATIVE) else f"not fixed (the plugin is {mode})"
+    return f", {said}: AFFECTED in Unsloth alone (the noisy row only, cut in two by its attention); {plugin}"
 
 
 def _defects(report):
