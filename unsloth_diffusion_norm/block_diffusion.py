@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import config
+from . import block_attention, config, construction, registry
+from .config import BIDIRECTIONAL, BLOCK_DIFF, PREFIX
+from .config import PARADIGM_FIELD as PARADIGM
 from .noise import Noise
 
-BIDIRECTIONAL, BLOCK_DIFF = "bidirectional", "block_diff"
-PARADIGM = "dlm_paradigm"  # the model config's field
-ALPHA = 0.3  # NeMo Automodel's recipe: ar_loss_alpha, the diffusion term's weight (the AR term's is 1)
-PREFIX = "unsloth_diffusion_norm: "
+ALPHA = config.AR_ALPHA.default  # NeMo Automodel's recipe: ar_loss_alpha, the diffusion term's weight (AR's is 1)
 
 
 @dataclass(frozen=True)
@@ -31,12 +30,15 @@ class BlockDiffusion:
 
     block_size: int
     alpha: float = ALPHA
+    max_length: int = None  # the run's max_length: a row that long (clipped) gets no fill, as the recipe's collator
 
 
-def of_config(model_config):
-    """The run's BlockDiffusion where the model's config says `block_diff`, None where it says `bidirectional`
-    (or nothing); ValueError, in one line naming it, for a paradigm the plugin does not train."""
-    paradigm = getattr(model_config, PARADIGM, None)
+def of_config(model_config, args=None):
+    """The run's BlockDiffusion where it trains `block_diff` (the flag diffusion_paradigm, else the model's config),
+    None where `bidirectional` (or nothing); ValueError, in one line naming it, for a paradigm the plugin does not
+    train. `args`: the run's training arguments (the flags), or None for the model's config alone."""
+    asked = config.PARADIGM.of(args) if args is not None else None
+    paradigm = asked or getattr(model_config, PARADIGM, None)
     if paradigm in (None, BIDIRECTIONAL):
         return None
     if paradigm != BLOCK_DIFF:
@@ -47,13 +49,15 @@ def of_config(model_config):
     block_size = getattr(model_config, "block_size", None)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"{PREFIX}{PARADIGM}={BLOCK_DIFF!r} needs the model config's block_size, got {block_size!r}.")
-    return BlockDiffusion(block_size)
+    if args is None:
+        return BlockDiffusion(block_size)
+    return BlockDiffusion(block_size, config.AR_ALPHA.of(args), getattr(args, "max_length", None))
 
 
-def filled(batch, block_size, eos_id):
+def filled(batch, block_size, eos_id, max_length=None):
     """(the micro-batch widened to a multiple of the block size, its padding marked unattended; which positions
     are each row's EOS fill, up to the next multiple of the block size after its real tokens, where the row has
-    an answer)."""
+    an answer and is shorter than `max_length`: a clipped row's answer does not end there)."""
     input_ids, labels = batch["input_ids"], batch["labels"]
     attention = batch.get("attention_mask")
     if attention is None:
@@ -68,6 +72,8 @@ def filled(batch, block_size, eos_id):
     position = torch.arange(wide, device=input_ids.device)[None, :]
     fill = (position >= real) & (position < -(-real // block_size) * block_size)
     fill = fill & (labels != -100).any(dim=1, keepdim=True)
+    if max_length is not None:
+        fill = fill & (real < max_length)
     batch = {
         **batch,
         "input_ids": widened(input_ids, eos_id),
@@ -77,11 +83,11 @@ def filled(batch, block_size, eos_id):
     return batch, fill
 
 
-def draw(release_draw, batch, block_size, eos_id):
+def draw(release_draw, batch, block, eos_id):
     """The micro-batch's noise: `release_draw(batch)` (the release's own recipe, keyed where the run is) over the
     filled micro-batch, the maskable tokens cut to the answers and their fill (masked = draw < p_mask & maskable,
     so cutting after the draw is cutting before it). Every position is attended: the model sees no padding."""
-    widened, fill = filled(batch, block_size, eos_id)
+    widened, fill = filled(batch, block.block_size, eos_id, block.max_length)
     drawn = release_draw(widened)
     answer = (widened["labels"] != -100) & widened["attention_mask"].bool()
     maskable = drawn.maskable & (answer | fill)
@@ -114,13 +120,35 @@ def loss(model, noise, settings, masked_count, supervised_count, share=1, score=
     return total, None, metrics
 
 
+def set_up(trainer):
+    """At a trainer's construction: the run's BlockDiffusion (None for a bidirectional run), with what its model
+    needs (block_attention: its attention switched where the flag asks the other mode, the CPU's stand-in for
+    FlexAttention) applied on the trainer; ValueError in one line where the run cannot train as it asks."""
+    model_config = construction.model_config(trainer.model)
+    block = check_run(model_config, trainer.args)
+    paradigm = BLOCK_DIFF if block is not None else config.PARADIGM.of(trainer.args)
+    if paradigm is not None:
+        size = getattr(model_config, "block_size", None)
+        registry.apply_to_trainer(trainer, block_attention.patches(trainer.model, model_config, paradigm, size))
+    return block
+
+
 def check_run(model_config, args):
-    """At a trainer's construction: the run's BlockDiffusion (None for a bidirectional model), or ValueError in one
-    line where the run asks for what block diffusion does not combine with - never a silently other objective."""
-    block = of_config(model_config)
+    """The run's BlockDiffusion (None for a bidirectional run), or ValueError in one line where the run asks for
+    what block diffusion does not combine with - never a silently other objective."""
+    block = of_config(model_config, args)
     if block is None:
+        if config.AR_ALPHA.of(args) != config.AR_ALPHA.default:
+            raise ValueError(
+                f"{PREFIX}{config.AR_ALPHA.name}={config.AR_ALPHA.of(args)!r} weighs block diffusion's terms, and "
+                f"this run is {BIDIRECTIONAL!r}; set {config.PARADIGM.name}={BLOCK_DIFF!r} or leave it at its default."
+            )
         return None
-    asked = f"the model's config sets {PARADIGM}={BLOCK_DIFF!r}"
+    asked = (
+        f"{config.PARADIGM.name}={BLOCK_DIFF!r}"
+        if config.PARADIGM.of(args)
+        else f"the model's config sets {PARADIGM}={BLOCK_DIFF!r}"
+    )
     refused = (
         (config.NORMALIZATION, config.NORMALIZATION.given(args) == config.MICROBATCH, "its counts are the window's"),
         (config.COMPLEMENTARY, config.COMPLEMENTARY.of(args), "mask pairs are not part of it"),

@@ -20,10 +20,13 @@ MASKED_TOKENS = "masked_tokens"  # the micro-batch's own masked tokens: Nemotron
 # NVIDIA's model-config switch (default False): its forward_process varies the masks per data-parallel rank.
 # Unsloth's profiles draw their own noise and never read it; with diffusion_noise=None it asks for per-sample.
 DP_VARYING = "dp_varying_mask_ratio"
+# NVIDIA's model-config field for the training mode, and the two of its values the plugin trains.
+PARADIGM_FIELD = "dlm_paradigm"
+BIDIRECTIONAL, BLOCK_DIFF = "bidirectional", "block_diff"
 
-# How a flag's value is checked: one of its choices (or None), a count of 1 or more, True / False, or a list of
-# one or more non-empty texts.
-CHOICE, COUNT, SWITCH, TEXTS = "choice", "count", "switch", "texts"
+# How a flag's value is checked: one of its choices (or None), a count of 1 or more, a finite number of 0 or more,
+# True / False, or a list of one or more non-empty texts.
+CHOICE, COUNT, NUMBER, SWITCH, TEXTS = "choice", "count", "number", "switch", "texts"
 PREFIX = "unsloth_diffusion_norm: "
 
 
@@ -83,6 +86,12 @@ class Flag:
                     f"(default {self.default}), got {value!r}."
                 )
             return value
+        if self.kind == NUMBER:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(
+                    f"{PREFIX}{self.name} must be a finite number, 0 or more (default {self.default}), got {value!r}."
+                )
+            return float(value)
         if value not in self.choices:
             named = " or ".join(f"{c!r}" for c in self.choices)
             raise ValueError(f"{PREFIX}{self.name} must be {named} or None (the default), got {value!r}.")
@@ -105,6 +114,11 @@ class Flag:
             value = text
             if self.kind == COUNT and isinstance(text, str) and text.strip().lstrip("+-").isdigit():
                 value = int(text)
+            if self.kind == NUMBER and isinstance(text, str):
+                try:
+                    value = float(text)
+                except ValueError:
+                    pass  # (validate names the text)
             try:
                 return self.validate(value)
             except ValueError as error:
@@ -117,6 +131,8 @@ class Flag:
         """Its values besides the default, as a user writes them."""
         if self.kind == COUNT:
             return ({"draws": "K", "buckets": "B", "samples": "N"}[self.unit],)
+        if self.kind == NUMBER:
+            return ("a",)
         if self.kind == TEXTS:
             return ("['...', ...]",)
         return tuple(repr(value) for value in self.choices)
@@ -253,6 +269,25 @@ SAMPLE_PROMPTS = Flag(
     f"{EVERY_RELEASE}; {MASKED_PROFILES}",
     "no prompts of your own",
 )
+PARADIGM = Flag(
+    "diffusion_paradigm",
+    CHOICE,
+    (BIDIRECTIONAL, BLOCK_DIFF),
+    None,
+    "'block_diff': NVIDIA's block-diffusion training for a checkpoint shipped 'bidirectional', its attention "
+    "switched to its class's own; 'bidirectional': the other way; None: the model config's dlm_paradigm.",
+    f"{EVERY_RELEASE}; Nemotron-Labs-Diffusion",
+    "the model config's dlm_paradigm",
+)
+AR_ALPHA = Flag(
+    "diffusion_ar_loss_alpha",
+    NUMBER,
+    (),
+    0.3,
+    "a in a * diffusion term + AR term (the recipe's ar_loss_alpha).",
+    f"{EVERY_RELEASE}; block-diffusion runs",
+    "the recipe's 0.3",
+)
 FLAGS = (
     NORMALIZATION,
     NOISE,
@@ -264,6 +299,8 @@ FLAGS = (
     METRICS,
     EVAL_SAMPLES,
     SAMPLE_PROMPTS,
+    PARADIGM,
+    AR_ALPHA,
 )
 FIELDS = {flag.name: flag for flag in FLAGS}
 

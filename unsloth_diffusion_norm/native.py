@@ -35,13 +35,14 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     construction.check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return  # check_flags let only 'microbatch' through: a block / encoder profile's own, nothing to change
-    block = block_diffusion.check_run(construction.model_config(trainer.model), trainer.args)
+    block = block_diffusion.set_up(trainer)
     mode = construction.settle_noise(trainer)
     profile = trainer.diffusion_profile
     config.check_lower_variance(trainer.args, profile, mode, config.plugin_draws_for(profile, trainer.args, mode))
-    patches = trainer_patches(release, trainer, mode) if block is None else _block_patches(release, trainer, mode)
-    if patches:
-        registry.apply_to_trainer(trainer, patches)
+    patches = (
+        trainer_patches(release, trainer, mode) if block is None else _block_patches(release, trainer, mode, block)
+    )
+    registry.apply_to_trainer(trainer, patches)
     samples.attach(trainer)
     construction.say_noise(trainer, mode)
 
@@ -110,7 +111,7 @@ def trainer_patches(release, trainer, noise_mode):
     return patches + observed
 
 
-def _block_patches(release, trainer, noise_mode):
+def _block_patches(release, trainer, noise_mode, block):
     """A block_diff model's run (block_diffusion): upstream's draws (keyed under per-sample noise) over each row's
     fill, the mode's loss of both window counts; Unsloth's compute_loss scales it for data parallel, as it scales
     its own. Upstream's loss never runs for such a model: it would call it with the noisy row alone."""
@@ -137,7 +138,6 @@ def _block_patches(release, trainer, noise_mode):
     if noise_mode == config.PER_SAMPLE:  # the keyed draws; the fetch that tags the rows is the one below
         order = per_sample.data_order(trainer)
         patches.append(_keyed_draws(release, profile))
-    block = block_diffusion.of_config(construction.model_config(trainer.model))
     return [*patches, _fetch_undrawn_patch(trainer, order, block)]
 
 
@@ -145,13 +145,13 @@ def _block_loss(wrapped, profile, pos, kwargs):
     """A training micro-batch of a window: the window's noise and counts; anything else (evaluation, a direct
     call): the micro-batch's own."""
     model, inputs, args, this_window = loss_arguments(*pos, **kwargs)
-    block = block_diffusion.of_config(construction.model_config(model))
+    block = block_diffusion.of_config(construction.model_config(model), args)
 
     _, eos_id = profile._token_ids(model, args)
 
     def draw(batch):  # upstream's draw (the profile copy's: keyed under per-sample noise) over the filled rows
         prepared = lambda filled: noise.Noise(*profile.prepare_batch(model, filled, args))  # noqa: E731
-        return block_diffusion.draw(prepared, batch, block.block_size, eos_id)
+        return block_diffusion.draw(prepared, batch, block, eos_id)
 
     if not isinstance(this_window, Window):
         drawn = draw(inputs)

@@ -74,7 +74,7 @@ def _block_draw(release, profile, model, batch, args, block):
     return block_diffusion.draw(
         lambda filled: release.draw(profile, model, filled, args, filled.get(batch_keys.ROWS)),
         batch,
-        block.block_size,
+        block,
         eos_id,
     )
 
@@ -84,7 +84,7 @@ def _micro_batch_loss(release, profile, model, inputs, args):
     window-normalized run, and per-sample noise under 'microbatch' (its keyed draws are training draws: paired
     where asked)."""
     loss.check_weighting(profile, args)
-    block = block_diffusion.of_config(construction.model_config(model))
+    block = block_diffusion.of_config(construction.model_config(model), args)
     if block is not None:  # the micro-batch's own two counts
         drawn = _block_draw(release, profile, model, inputs, args, block)
         return block_diffusion.loss(model, drawn, block, *block_diffusion.counts(drawn))
@@ -111,7 +111,7 @@ def _get_batch_samples(release, wrapped, trainer, pos, kwargs):
     # Training accuracy where the loss holds the logits (the dense shape); the chunked loss fuses the head
     accuracy = metrics.training_accuracy(trainer) if release.shape == detect.DENSE else None
     # Read from the model's config once per window, not kept at construction: a trainer built unpatched has none.
-    block = block_diffusion.of_config(construction.model_config(trainer.model))
+    block = block_diffusion.of_config(construction.model_config(trainer.model), trainer.args)
     return window.collect(trainer, epoch_iterator, num_batches, rule, metrics.observer(trainer), accuracy, block)
 
 
@@ -134,7 +134,7 @@ def _trainer_init(release, wrapped, trainer, pos, kwargs):
     construction.check_flags(trainer, release.masked_module.MaskedDiffusionProfile)
     if not isinstance(trainer.diffusion_profile, release.masked_module.MaskedDiffusionProfile):
         return
-    block_diffusion.check_run(construction.model_config(trainer.model), trainer.args)
+    block_diffusion.set_up(trainer)
     mode = construction.settle_noise(trainer)
     if mode == config.PER_SAMPLE:
         profile = trainer.diffusion_profile

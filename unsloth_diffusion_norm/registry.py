@@ -122,9 +122,11 @@ def apply_all(patches):
 
 
 def apply_to_trainer(trainer, patches):
-    """Patches one trainer owns (an instance, or its own copy of the profile); listed by status() while
-    the trainer lives, reverted with the rest."""
-    per_trainer(trainer).patches = _apply_each(patches)
+    """Patches one trainer owns (an instance, its own copy of the profile, its model); listed by status() while
+    the trainer lives, reverted with the rest. Added to those it has."""
+    if patches:
+        kept = per_trainer(trainer)
+        kept.patches = kept.patches + _apply_each(patches)
 
 
 def applied():

@@ -3,12 +3,15 @@ through the real DiffusionTrainer, every window held to the oracle's block-diffu
 gradient, the parameters after the step); the release alone misses it; a run that asks for what the mode does
 not combine with, or a paradigm the plugin does not train, is refused in one line."""
 
+import contextlib
 import os
+import sys
 
 import pytest
 import torch
 
 import unsloth_diffusion_norm
+from unsloth_diffusion_norm import block_attention
 from unsloth_diffusion_norm.proof import experiment, fixtures, oracle
 from unsloth_diffusion_norm.proof.fixtures import Example, equal_answers, mixed_answers
 from unsloth_diffusion_norm.proof.judging import OracleSettings, judge
@@ -37,6 +40,7 @@ CASES = {
     "partial-last-window-ga3-over-5": dict(examples=equal_answers(5), gradient_accumulation_steps=3),
     "micro-batch-without-supervised-tokens": dict(examples=[Example([10, 11, 12], [], eos=False), *equal_answers(3)]),
     "lora-frozen-head": dict(examples=equal_answers(4), lora="frozen-head"),
+    "rows-clipped-at-max-length-get-no-fill": dict(examples=mixed_answers(4), batch_size=2, max_length=9),
 }
 
 
@@ -44,14 +48,15 @@ CASES = {
 def test_a_block_diff_checkpoint_trains_nvidias_objective_and_the_release_alone_misses_it(case, plugin):
     spec = dict(CASES[case])
     run = experiment.train(checkpoint=checkpoint(), **spec)
-    verdicts = [judge(run, window, SETTINGS) for window in run.windows]
+    settings = OracleSettings(block=oracle.BlockDiffusion(BLOCK, max_length=spec.get("max_length")))
+    verdicts = [judge(run, window, settings) for window in run.windows]
     for i, verdict in enumerate(verdicts):
         assert verdict.ok, f"{case}, window {i}: {verdict}"
         logs = run.windows[i].logs
         # the two terms beside the total, each normalized as in the loss: total = alpha * diffusion + AR
         assert logs["loss"] == pytest.approx(SETTINGS.block.alpha * logs["loss_diffusion"] + logs["loss_ar"], rel=1e-5)
     if case == "ga-4-mixed-lengths":  # the release alone: the model called with the noisy row, no labels
-        with unsloth_diffusion_norm.unpatched():
+        with unsloth_diffusion_norm.unpatched(), as_on_a_gpu():
             alone = experiment.train(checkpoint=checkpoint(), **spec)
         assert judge(alone, alone.windows[0], SETTINGS).worst > oracle.CONTROL_FACTORS["fp32"]
 
@@ -81,12 +86,85 @@ def test_per_sample_noise_four_rows_in_one_micro_batch_equal_four_micro_batches_
         assert oracle.max_error(value, after[name]) <= oracle.tolerance(after[name]), name
 
 
+def test_a_resumed_block_diffusion_run_is_bitwise_the_uninterrupted_one_and_the_oracles(plugin):
+    runs = experiment.train_and_resume(mixed_answers(8), at=2, seed=0, checkpoint=checkpoint())
+    assert (len(runs.full.windows), len(runs.resumed.windows)) == (4, 2) and runs.difference == 0.0
+    assert all(judge(runs.resumed, window, SETTINGS).ok for window in runs.resumed.windows)
+
+
+@contextlib.contextmanager
+def as_on_a_gpu():
+    """The model's FlexAttention differentiable, as on a GPU (the release alone on a CPU raises at its backward
+    instead of training): the core's stand-in, proven equal below, put in every loaded copy's module."""
+    modules = [m for m in list(sys.modules.values()) if block_attention.FLEX_CLASS in getattr(m, "__dict__", {})]
+    kept = [getattr(m, block_attention.FLEX_FUNCTION) for m in modules]
+    for module in modules:
+        module.fused_flex_attention = block_attention.dense_flex_attention
+    try:
+        yield
+    finally:
+        for module, own in zip(modules, kept):
+            module.fused_flex_attention = own
+
+
+def test_the_flag_trains_a_checkpoint_shipped_bidirectional_in_nvidias_mode_where_unslothss_loader_cannot(plugin):
+    """diffusion_paradigm="block_diff" gives the built model its class's own block-diffusion attention (NVIDIA's
+    recipe overrides the config at load, which Unsloth's loader drops); diffusion_ar_loss_alpha weighs the terms;
+    the switch is a patch of the trainer's, undone with the plugin."""
+    from unsloth import FastModel
+
+    loaded, _ = FastModel.from_pretrained(
+        checkpoint("bidirectional"), trust_remote_code=True, dlm_paradigm="block_diff"
+    )
+    assert loaded.config.dlm_paradigm == "bidirectional"  # the keyword is dropped: the flag is the way
+    settings = OracleSettings(block=oracle.BlockDiffusion(BLOCK, 0.5))
+    asked = dict(diffusion_paradigm="block_diff", diffusion_ar_loss_alpha=0.5)
+    run = experiment.train(mixed_answers(4), checkpoint=checkpoint("bidirectional"), **asked)
+    for i, window in enumerate(run.windows):
+        assert judge(run, window, settings).ok, f"window {i}"
+    logs = run.windows[0].logs
+    assert logs["loss"] == pytest.approx(0.5 * logs["loss_diffusion"] + logs["loss_ar"], rel=1e-5)
+    layers = [m for m in run.trainer.model.modules() if type(m).__name__.endswith("Attention")]
+    assert {type(m).__name__ for m in layers} == {block_attention.FLEX_CLASS}
+    with unsloth_diffusion_norm.unpatched():
+        assert run.trainer.model.config.dlm_paradigm == "bidirectional"
+        assert {type(m).__name__ for m in layers} == {"Attention"}
+
+
+def test_the_cpus_stand_in_for_flex_attention_is_the_models_flex_attention():
+    """FlexAttention runs forward on a CPU (not backward): there the core's SDPA stand-in gives its output, layer
+    by layer and through the whole block-diffusion forward, within the tolerance."""
+    from torch.nn.attention.flex_attention import flex_attention
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(checkpoint(), trust_remote_code=True)
+    module = sys.modules[type(model).__module__]
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 24, 8, generator=generator) for _ in range(3))
+    block_mask = model.model.layers[0].self_attn.compute_block_mask(24, "cpu")
+    flex = flex_attention(q, k, v, block_mask=block_mask)
+    assert oracle.max_error(block_attention.dense_flex_attention(q, k, v, block_mask=block_mask), flex) <= (
+        oracle.tolerance(flex)
+    )
+    tokens = torch.randint(4, 90, (2, 10), generator=generator)
+    masked = torch.rand(2, 10, generator=generator) < 0.5
+    inputs = dict(input_ids=tokens, labels=tokens, masked_indices=masked, p_mask=torch.full((2, 10), 0.5))
+    with torch.no_grad():
+        own = model(**inputs, skip_loss=True)
+        with as_on_a_gpu():
+            assert module.fused_flex_attention is block_attention.dense_flex_attention
+            stand_in = model(**inputs, skip_loss=True)
+    for name in ("logits", "causal_logits"):
+        assert oracle.max_error(stand_in[name], own[name]) <= oracle.tolerance(own[name]), name
+
+
 @pytest.mark.parametrize(
     "paradigm, asked, words",
     [
         ("block_diff", dict(diffusion_complementary_masks=True), "diffusion_complementary_masks=True"),
         ("block_diff", dict(diffusion_loss_normalization="microbatch"), "diffusion_loss_normalization='microbatch'"),
         ("autoregressive", {}, "dlm_paradigm='autoregressive'"),
+        ("bidirectional", dict(diffusion_ar_loss_alpha=0.5), "diffusion_ar_loss_alpha=0.5"),
     ],
 )
 def test_what_the_mode_does_not_combine_with_and_a_paradigm_it_does_not_train_are_refused_in_one_line(

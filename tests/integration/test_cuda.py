@@ -4,6 +4,8 @@ cases and judges as on the CPU, given device="cuda". Marked `cuda`; skipped, say
 torch.cuda.is_available() is false, so on a CPU host it costs collection only. scripts/gpu_check.sh runs it on a
 GPU machine (docs/gpu.md)."""
 
+import sys
+
 import pytest
 import torch
 from test_field import BF16, bf16_tolerance_is_justified_by_the_ga1_floor
@@ -137,6 +139,41 @@ def test_convergence_gpu_preset_in_its_quick_form(tmp_path):
         assert [s for s, _ in arm.measured] == list(range(seeds.GPU_QUICK.steps + 1))
         assert abs(arm.held_out - arm.measured[-1][1]["eval_loss"]) <= oracle.BF16_RTOL * abs(arm.held_out)
     assert "| objective |" in seeds.render(seeds.report(found, size, seeds.GPU_QUICK))
+
+
+@pytest.mark.cuda
+@on_cuda
+def test_block_diffusion_on_cuda_runs_the_models_flex_attention_which_the_cpus_stand_in_equals(fp32, tmp_path):
+    """On a GPU FlexAttention has a backward: the CPU's stand-in gives its output and its gradients, and a
+    block_diff checkpoint trains through the model's own FlexAttention to the oracle's objective."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from unsloth_diffusion_norm import block_attention
+    from unsloth_diffusion_norm.proof.fixtures import mixed_answers
+    from unsloth_diffusion_norm.proof.tiny_model import modeling_nemotron_labs_diffusion as tiny
+    from unsloth_diffusion_norm.proof.tiny_model import write_tiny_checkpoint
+
+    generator = torch.Generator(CUDA).manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 24, 8, device=CUDA, generator=generator, requires_grad=True) for _ in range(3))
+    rule = lambda b, h, query, key: tiny.block_diff_rule(4, query, key, 12)  # noqa: E731
+    block_mask = create_block_mask(rule, B=None, H=None, Q_LEN=24, KV_LEN=24, device=CUDA)
+    outputs = [
+        flex_attention(q, k, v, block_mask=block_mask),
+        block_attention.dense_flex_attention(q, k, v, block_mask),
+    ]
+    grads = [torch.autograd.grad(out.square().sum(), (q, k, v)) for out in outputs]
+    assert oracle.max_error(outputs[1], outputs[0]) <= oracle.tolerance(outputs[0])
+    for flex, dense in zip(*grads):
+        assert oracle.max_error(dense, flex) <= oracle.tolerance(flex)
+    unsloth_diffusion_norm.apply()
+    block = write_tiny_checkpoint(str(tmp_path / "tiny"), dlm_paradigm="block_diff", block_size=4)
+    run = experiment.train(mixed_answers(4), checkpoint=block, device=CUDA)
+    module = next(m for m in run.trainer.model.modules() if type(m).__name__ == block_attention.FLEX_CLASS)
+    assert getattr(sys.modules[type(module).__module__], block_attention.FLEX_FUNCTION) is not (
+        block_attention.dense_flex_attention
+    )  # the model's own FlexAttention trained
+    settings = judging.OracleSettings(block=oracle.BlockDiffusion(4))
+    assert all(judging.judge(run, window, settings).ok for window in run.windows)
 
 
 # --- what of the tier a CPU can run: its own code at device="cpu", so that a slip shows before a GPU run (the

@@ -172,7 +172,8 @@ def test_each_flag_is_one_record_and_everything_that_lists_flags_derives_from_it
             "'per_sample', diffusion_eval_noise='fixed', diffusion_eval_draws=K, diffusion_eval_buckets=B, "
             "diffusion_t_sampler='stratified', "
             "diffusion_complementary_masks=True, diffusion_metrics=False, diffusion_eval_samples=N, "
-            "diffusion_eval_sample_prompts=['...', ...]"
+            "diffusion_eval_sample_prompts=['...', ...], diffusion_paradigm='bidirectional' or 'block_diff', "
+            "diffusion_ar_loss_alpha=a"
         )
 
 
@@ -250,3 +251,34 @@ def test_prompts_of_ones_own_are_a_list_of_texts_from_yaml_or_a_command_line_and
         config.check_samples(both)
     with pytest.raises(ValueError, match=rf"{prompts}=\['Say hi.'\] decodes samples at each evaluation"):
         config.check_samples(SimpleNamespace(**{prompts: ["Say hi."], "eval_strategy": "no"}))
+
+
+def test_the_ar_alpha_is_a_finite_number_of_0_or_more_from_python_yaml_or_a_command_line():
+    import argparse
+
+    alpha = config.AR_ALPHA.name
+    parse = config.argument_type(alpha)
+    assert parse("0.5") == 0.5 and parse("1") == 1.0 and parse("None") == 0.3
+    assert config.AR_ALPHA.of(SimpleNamespace()) == 0.3 and config.validate(0, alpha) == 0.0
+    for bad in ("-0.1", "inf", "nan", "a lot"):
+        with pytest.raises(argparse.ArgumentTypeError) as error:
+            parse(bad)
+        assert str(error.value).startswith(f"{alpha} must be a finite number, 0 or more (default 0.3), got ")
+    for bad in (True, -1, float("inf"), "0.5"):
+        with pytest.raises(ValueError, match=rf"{alpha} must be a finite number"):
+            config.validate(bad, alpha)
+
+
+def test_a_paradigm_the_models_class_cannot_switch_to_is_refused_in_one_line():
+    import torch
+
+    from unsloth_diffusion_norm import block_attention
+
+    plain = SimpleNamespace(dlm_paradigm="bidirectional")
+    with pytest.raises(ValueError) as refused:
+        block_attention.patches(torch.nn.Linear(2, 2), plain, config.BLOCK_DIFF, 4)
+    message = str(refused.value)
+    assert (
+        "\n" not in message and "diffusion_paradigm='block_diff'" in message and block_attention.FLEX_CLASS in message
+    )
+    assert block_attention.patches(torch.nn.Linear(2, 2), plain, config.BIDIRECTIONAL, 4) == []  # nothing asked

@@ -89,9 +89,8 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
     model = run.reference_model
     model.load_state_dict(record.state_before)
     ranks = ranks or [(record.batches, record.rng_state)]
-    block_size = None if settings.block is None else settings.block.block_size
     masks = [
-        oracle.replay_noise(batches, state, settings.eps, settings.eos_id, settings.complementary, block_size)
+        oracle.replay_noise(batches, state, settings.eps, settings.eos_id, settings.complementary, settings.block)
         for batches, state in ranks
     ]
     reference = oracle.data_parallel_reference(
@@ -130,7 +129,12 @@ def judge(run, record, settings=None, ranks=None, rank_local=False):
         seen = (
             [
                 oracle.replay_noise(
-                    record.batches, record.rng_state, settings.eps, settings.eos_id, settings.complementary, block_size
+                    record.batches,
+                    record.rng_state,
+                    settings.eps,
+                    settings.eos_id,
+                    settings.complementary,
+                    settings.block,
                 )
             ]
             if rank_local

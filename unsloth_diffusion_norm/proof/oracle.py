@@ -18,6 +18,7 @@ supervised tokens) / N_supervised, both counts over the whole window.
 """
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -131,12 +132,14 @@ class BlockDiffusion:
 
     block_size: int
     alpha: float = 0.3
+    max_length: int = None  # the run's: a row that long was clipped, and gets no fill
 
 
-def block_filled(batch, block_size, eos_id):
+def block_filled(batch, block_size, eos_id, max_length=None):
     """The micro-batch as the block-diffusion collator leaves it: every row's real tokens followed by EOS up to
     the next multiple of the block size, supervised where the row has an answer; the batch padded to the
-    next multiple of the block size. (batch with the padding marked unattended, the supervised fill)"""
+    next multiple of the block size; a row as long as `max_length` (clipped) gets none. (batch with the padding
+    marked unattended, the supervised fill)"""
     tokens, labels = batch["input_ids"], batch["labels"]
     attention = batch.get("attention_mask")
     if attention is None:
@@ -149,25 +152,27 @@ def block_filled(batch, block_size, eos_id):
     position = torch.arange(wide)[None, :]
     fill = (position >= real[:, None]) & (position < ends[:, None])
     has_answer = (labels != -100).any(dim=1, keepdim=True)
+    if max_length is not None:
+        has_answer = has_answer & (real[:, None] < max_length)
     grown = {**batch, "input_ids": grow(tokens, eos_id), "labels": grow(labels, -100)}
     grown["attention_mask"] = grow(attention, 0)
     return grown, fill & has_answer
 
 
-def replay_noise(batches, rng_state, eps, eos_id, complementary=False, block_size=None):
+def replay_noise(batches, rng_state, eps, eos_id, complementary=False, block=None):
     """Draw each micro-batch's masks from `rng_state` (see `rng_state`), in micro-batch order, t before the
     per-token draw; a batch that carries per-sample generator seeds ("keys") draws each row from its own
     (CPU) generator, and one that carries strata ("strata": per row (k, n), stratified levels) moves each
     row's t to (k + t) / n. `complementary`: every row is followed, in a second half of the micro-batch, by its
     partner: the complement of its mask among its maskable tokens at p_mask 1 - p where 1 - p >= eps, else
-    the same mask at p. `block_size`: NVIDIA's block-diffusion mode (`block_filled`): the rows filled and the
+    the same mask at p. `block`: NVIDIA's block-diffusion mode (`block_filled`): the rows filled and the
     maskable tokens their answer and its fill. The masks are CPU tensors whatever device drew them."""
     masks = []
     with _replaying(rng_state) as device:
         for batch in batches:
             fill = None
-            if block_size is not None:
-                batch, fill = block_filled(batch, block_size, eos_id)
+            if block is not None:
+                batch, fill = block_filled(batch, block.block_size, eos_id, block.max_length)
             tokens, labels = batch["input_ids"], batch["labels"]
             attention = batch.get("attention_mask")
             padding = torch.zeros_like(tokens, dtype=torch.bool) if attention is None else attention == 0
@@ -284,9 +289,27 @@ def block_diffusion_logits(model, tokens, masked, mask_id, block_size):
         | ((half[q] == 0) & (half[k] == 1) & (block[k] < block[q]))  # the clean copy of earlier blocks
         | ((half[q] == 1) & (half[k] == 1) & (position[k] <= position[q]))  # clean: causal
     )
-    hidden = base.model(sequence, position_ids=torch.cat([position[:length]] * 2), attention_rule=sees)
+    hidden = _backbone(base.model, sequence, torch.cat([position[:length]] * 2), sees)
     logits = base.get_output_embeddings()(hidden).float()
     return logits[:, :length], logits[:, length:]
+
+
+def _backbone(backbone, tokens, positions, sees):
+    """The tiny backbone's last hidden states with attention computed here, softmax(q k^T / sqrt(d)) v over the
+    keys `sees` allows: the weights are the model's (LoRA's too), the attention rule is this file's, whichever
+    attention the model was built with."""
+    x = backbone.embed_tokens(tokens) + backbone.embed_positions(positions)[None]
+    hidden_bias = torch.zeros(sees.shape, dtype=x.dtype, device=x.device).masked_fill(~sees, torch.finfo(x.dtype).min)
+    for layer in backbone.layers:
+        attention, h = layer.self_attn, layer.input_layernorm(x)
+        heads = (*h.shape[:2], attention.heads, attention.head_dim)
+        q, k, v = (
+            project(h).view(heads).transpose(1, 2) for project in (attention.q_proj, attention.k_proj, attention.v_proj)
+        )
+        weights = (q @ k.transpose(-1, -2) / math.sqrt(attention.head_dim) + hidden_bias).softmax(-1)
+        x = x + attention.o_proj((weights @ v).transpose(1, 2).reshape(*h.shape[:2], -1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return backbone.norm(x)
 
 
 def block_diffusion_loss(model, masks, mask_id, objective):

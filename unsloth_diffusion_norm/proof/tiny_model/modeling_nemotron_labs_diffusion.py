@@ -5,11 +5,13 @@ projection names (q/k/v/o, gate/up/down), gradient checkpointing, and a plain `n
 `diffusion_head` returned by `get_output_embeddings()` so the fused-head loss path can be taken.
 No dropout: the forward never touches the RNG, so noise draws alone decide the masks.
 
-NVIDIA's `dlm_paradigm="block_diff"` is kept as its forward has it: given labels, the sequence
-`[noisy; clean]` of twice the row's length, each half at positions 0..L-1, under the block-diffusion
-attention rule (`block_diff_mask`); `logits` of the noisy half, `causal_logits` of the clean half, and its
-own `(sum, count)` loss unless `skip_loss`. Without labels the rule is applied to the single row, cut at its
-middle, as NVIDIA's does. (The rule is applied as a dense mask here: NVIDIA's uses FlexAttention.)
+NVIDIA's `dlm_paradigm="block_diff"` is kept as its class has it. The attention class is chosen when the model
+is built: `NemotronLabsDiffusionFlexAttention`, a subclass of the bidirectional one with the same weights, whose
+forward ignores the padding mask and calls the module-level `fused_flex_attention(q, k, v, block_mask=...)` with
+the block-diffusion rule (`block_diff_rule`) as a FlexAttention block mask. Given labels, the forward runs the
+sequence `[noisy; clean]` of twice the row's length, each half at positions 0..L-1; `logits` of the noisy half,
+`causal_logits` of the clean half, and its own `(sum, count)` loss unless `skip_loss`. Without labels the rule is
+applied to the single row, cut at its middle, as NVIDIA's does. FlexAttention has no backward on a CPU.
 """
 
 import math
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MaskedLMOutput
@@ -60,6 +63,44 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
 
 
+def fused_flex_attention(q, k, v, block_mask=None):
+    return flex_attention(q, k, v, block_mask=block_mask)
+
+
+def block_diff_rule(block_size, q_idx, kv_idx, n):
+    """NVIDIA's block-diffusion rule over a sequence whose second half (from `n`) is the clean copy: a noisy
+    token sees its own block of the noisy half and the clean half's earlier blocks; a clean token sees the
+    clean tokens up to itself."""
+    clean_q, clean_kv = q_idx >= n, kv_idx >= n
+    block_q = torch.where(clean_q, q_idx - n, q_idx) // block_size
+    block_kv = torch.where(clean_kv, kv_idx - n, kv_idx) // block_size
+    block_diagonal = (block_q == block_kv) & ~clean_q & ~clean_kv
+    offset_block_causal = (block_q > block_kv) & clean_kv & ~clean_q
+    causal = (q_idx >= kv_idx) & clean_q & clean_kv
+    return block_diagonal | offset_block_causal | causal
+
+
+class NemotronLabsDiffusionFlexAttention(Attention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.block_size = config.block_size
+        self.block_diff_mask = None
+
+    def compute_block_mask(self, q_len, device):
+        rule = lambda b, h, q, kv: block_diff_rule(self.block_size, q, kv, q_len // 2)  # noqa: E731
+        return create_block_mask(rule, B=None, H=None, Q_LEN=q_len, KV_LEN=q_len, device=device)
+
+    def forward(self, x, attention_bias):  # the padding mask is not read: NVIDIA's block attention takes none
+        batch, length, _ = x.shape
+
+        def split(t):
+            return t.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        out = fused_flex_attention(q, k, v, block_mask=self.compute_block_mask(length, x.device))
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+
+
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -75,7 +116,8 @@ class DecoderLayer(GradientCheckpointingLayer):
     def __init__(self, config):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config)
+        block = getattr(config, "dlm_paradigm", "bidirectional") == "block_diff"  # chosen once, as NVIDIA's does
+        self.self_attn = (NemotronLabsDiffusionFlexAttention if block else Attention)(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
@@ -114,8 +156,9 @@ class NemotronLabsDiffusionBackbone(NemotronLabsDiffusionPreTrainedModel):
         self.embed_tokens = value
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, attention_rule=None):
-        """`attention_mask`: (batch, length) keys to attend; `attention_rule`: instead, a boolean (query, key) rule;
-        `position_ids`: one position per token (default 0..L-1)."""
+        """`attention_mask`: (batch, length) keys to attend; `attention_rule`: instead, a boolean (query, key) rule
+        (the bidirectional attention applies either; the block-diffusion one neither); `position_ids`: one position
+        per token (default 0..L-1)."""
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.embed_tokens(input_ids) + self.embed_positions(position_ids)[None]
@@ -126,22 +169,6 @@ class NemotronLabsDiffusionBackbone(NemotronLabsDiffusionPreTrainedModel):
         for layer in self.layers:
             x = layer(x, bias)
         return self.norm(x)
-
-
-def block_diff_mask(length, block_size, device=None):
-    """NVIDIA's block-diffusion rule over a sequence of `length` whose second half is the clean copy: a noisy
-    token sees its own block of the noisy half and the clean half's earlier blocks; a clean token sees the
-    clean tokens up to itself."""
-    n = length // 2
-    q_idx = torch.arange(length, device=device)[:, None]
-    kv_idx = torch.arange(length, device=device)[None, :]
-    clean_q, clean_kv = q_idx >= n, kv_idx >= n
-    block_q = torch.where(clean_q, q_idx - n, q_idx) // block_size
-    block_kv = torch.where(clean_kv, kv_idx - n, kv_idx) // block_size
-    block_diagonal = (block_q == block_kv) & ~clean_q & ~clean_kv
-    offset_block_causal = (block_q > block_kv) & clean_kv & ~clean_q
-    causal = (q_idx >= kv_idx) & clean_q & clean_kv
-    return block_diagonal | offset_block_causal | causal
 
 
 @dataclass
@@ -195,8 +222,7 @@ class NemotronLabsDiffusionModel(NemotronLabsDiffusionPreTrainedModel):
             noisy = torch.where(masked_indices, self.config.mask_token_id, input_ids)
             sequence = torch.cat([noisy, input_ids], dim=1)
             positions = torch.cat([positions, positions])  # each half at its own positions
-        rule = block_diff_mask(sequence.shape[1], self.config.block_size, input_ids.device)
-        logits = self.diffusion_head(self.model(sequence, position_ids=positions, attention_rule=rule))
+        logits = self.diffusion_head(self.model(sequence, position_ids=positions))
         if labels is None:
             return BlockDiffusionOutput(logits=logits)
         logits, causal_logits = logits[:, :length], logits[:, length:]
