@@ -87,11 +87,17 @@ class Flag:
                 )
             return value
         if self.kind == NUMBER:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            number = None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                try:
+                    number = float(value)
+                except OverflowError:  # (an int past the floats)
+                    pass
+            if number is None or not 0 <= number < float("inf"):
                 raise ValueError(
                     f"{PREFIX}{self.name} must be a finite number, 0 or more (default {self.default}), got {value!r}."
                 )
-            return float(value)
+            return number
         if value not in self.choices:
             named = " or ".join(f"{c!r}" for c in self.choices)
             raise ValueError(f"{PREFIX}{self.name} must be {named} or None (the default), got {value!r}.")

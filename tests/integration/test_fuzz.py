@@ -34,6 +34,8 @@ CORNERS = [
         (0.5, False, 0.5, True, 0),
         (0.98, False, 0.0, False, 0),
     )
+] + [  # block diffusion at blocks of 3, the diffusion term at another weight, some rows clipped
+    fuzz.Configuration(CORNER_ROWS, batch_size=2, block=3, alpha=0.5, max_length=12, max_grad_norm=1.0, seed=3)
 ]
 
 

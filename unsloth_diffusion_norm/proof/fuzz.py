@@ -50,6 +50,10 @@ class Configuration:
     # Two windows or more: saved after the first, resumed from there in a fresh trainer; the resumed run must end
     # bitwise where the uninterrupted one does, and its windows are the ones judged.
     resume: bool = False
+    # NVIDIA's block-diffusion mode at this block size (None: not), asked by diffusion_paradigm of a tiny checkpoint
+    # shipped bidirectional, at `alpha`.
+    block: int = None
+    alpha: float = 0.3
 
     def settings(self, model=None):
         """experiment.train's keywords (`model`: the family copy it trains)."""
@@ -74,6 +78,9 @@ class Configuration:
             found["diffusion_time_weighting"] = "none"
         if self.max_length is not None:
             found["max_length"] = self.max_length
+        if self.block:
+            found.update(diffusion_paradigm="block_diff", diffusion_ar_loss_alpha=self.alpha)
+            found["checkpoint"] = _checkpoint_with_blocks(self.block)
         if self.eval_draws is not None:
             found.update(
                 diffusion_eval_noise="fixed",
@@ -94,6 +101,8 @@ class Configuration:
         found = judging.OracleSettings(
             eps=self.eps, inverse_t=self.inverse_t, max_grad_norm=self.max_grad_norm, complementary=self.complementary
         )
+        if self.block:
+            found = replace(found, block=oracle.BlockDiffusion(self.block, self.alpha, self.max_length))
         if model is None:
             return found
         objective = oracle.OBJECTIVES[model.profile]
@@ -123,6 +132,18 @@ class Configuration:
         return f"{len(self.examples)} examples, supervised lengths {lengths}; " + (
             ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "defaults"
         )
+
+
+def _checkpoint_with_blocks(size, kept={}):  # noqa: B006 (one per process and size)
+    """A tiny checkpoint shipped bidirectional whose config gives block diffusion blocks of `size`."""
+    if size not in kept:
+        import os
+
+        from .fixtures import scratch
+        from .tiny_model import write_tiny_checkpoint
+
+        kept[size] = write_tiny_checkpoint(os.path.join(scratch("udn-fuzz-"), "tiny"), block_size=size)
+    return kept[size]
 
 
 def in_ci(examples):
@@ -185,6 +206,8 @@ def configurations(family=None, llada_per_sample=True):
         examples = tuple(draw(st.lists(example, min_size=count, max_size=count).filter(supervised)))
         kept = sum(supervised([row]) for row in examples)  # (TRL drops the others: they make no window)
         resume = kept > batch * ga and draw(st.booleans())
+        # (block diffusion: the tiny model's own mode, without what it does not combine with)
+        block = None if family else draw(st.sampled_from((None, None, 2, 3, 5)))
         normalization = draw(st.sampled_from((None, "window"))) if family else None
         per_sample = draw(st.booleans()) and (
             llada_per_sample or family != "llada" or normalization is not None
@@ -195,20 +218,22 @@ def configurations(family=None, llada_per_sample=True):
             gradient_accumulation_steps=ga,
             seed=draw(st.integers(0, 2**16)),
             per_sample=per_sample,
-            stratified=per_sample and draw(st.booleans()),  # (keyed levels: per-sample noise only)
+            stratified=per_sample and not block and draw(st.booleans()),  # (keyed levels: per-sample noise only)
             # (a family's own loss draws its masks inside the release: pairs need the window or per-sample noise)
-            complementary=draw(st.booleans()) and (not family or normalization is not None or per_sample),
+            complementary=not block and draw(st.booleans()) and (not family or normalization is not None or per_sample),
             eps=draw(st.sampled_from(((None,) if family else ()) + EPS)),
-            inverse_t=draw(st.booleans()),
+            inverse_t=True if block else draw(st.booleans()),
             max_grad_norm=draw(st.sampled_from((0.0, 0.5, 1.0))),
             max_length=max_length,
             lora=None if family else draw(st.sampled_from((None, None, "frozen-head", "saved-head"))),
-            llada=not family and draw(st.booleans()),
-            eval_draws=draw(st.sampled_from((None, None, 1, 2, 3))),
+            llada=not family and not block and draw(st.booleans()),
+            eval_draws=None if block else draw(st.sampled_from((None, None, 1, 2, 3))),
             held=tuple(draw(st.lists(example, min_size=1, max_size=3).filter(supervised))),  # (the same: an eval set)
             family=family,
             normalization=normalization,
             resume=resume,
+            block=block,
+            alpha=draw(st.sampled_from((0.3, 0.5))) if block else 0.3,
         )
 
     return draw()
