@@ -68,7 +68,7 @@ def main(argv=None):
     from hypothesis import strategies as st
 
     from unsloth_diffusion_norm import registry
-    from unsloth_diffusion_norm.proof import fixtures, fuzz, ranks
+    from unsloth_diffusion_norm.proof import fixtures, fuzz, ranks, tables
     from unsloth_diffusion_norm.tools import own_model
 
     fixtures.import_unsloth(banners=sys.stderr)
@@ -193,12 +193,16 @@ def main(argv=None):
         from unsloth_diffusion_norm.tools import records
 
         state = unsloth_diffusion_norm.status()
-        figures = fuzz.record_figures(
+        figures = tables.fuzz_figures(
             counts, rounds, round(minutes, 2), round_seed - rounds, len(failures), mode, state.unsloth_version
         )
         figures.update(limit_minutes=args.minutes, past_limit_seconds=round(past, 1))
         records.write(
-            args.record, command.strip(), figures, covers=fuzz.COVERS, tables={"counts": fuzz.record_table(figures)}
+            args.record,
+            command.strip(),
+            figures,
+            covers=tables.FUZZ_COVERS,
+            tables={"counts": tables.fuzz_table(figures)},
         )
         print(f"record: records/{args.record}.json")
     return 1 if failures else 0

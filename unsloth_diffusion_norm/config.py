@@ -7,6 +7,7 @@ line and the flags table of docs/api.md. The decisions about one run read as one
 """
 
 import dataclasses
+import sys
 import typing
 
 # The flags' values.
@@ -86,18 +87,12 @@ class Flag:
                     f"(default {self.default}), got {value!r}."
                 )
             return value
-        if self.kind == NUMBER:
-            number = None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                try:
-                    number = float(value)
-                except OverflowError:  # (an int past the floats)
-                    pass
-            if number is None or not 0 <= number < float("inf"):
+        if self.kind == NUMBER:  # (an int past the floats is refused too)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= sys.float_info.max:
                 raise ValueError(
                     f"{PREFIX}{self.name} must be a finite number, 0 or more (default {self.default}), got {value!r}."
                 )
-            return number
+            return float(value)
         if value not in self.choices:
             named = " or ".join(f"{c!r}" for c in self.choices)
             raise ValueError(f"{PREFIX}{self.name} must be {named} or None (the default), got {value!r}.")

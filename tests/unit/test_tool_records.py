@@ -97,17 +97,17 @@ def test_the_mutation_record_in_the_store_is_the_reports():
 
 
 def test_a_fuzzing_runs_record_counts_every_kind_and_the_totals():
-    from unsloth_diffusion_norm.proof import fuzz
+    from unsloth_diffusion_norm.proof import tables
 
     counts = collections.Counter(
         {"configurations tried": 30, "family configurations tried": 20, "rank cases tried": 10, "bad inputs tried": 600}
     )
     counts["configurations failed"] = 1
-    figures = fuzz.record_figures(counts, 1, 3.02, 41, 1, "patched", "2026.10.6")
+    figures = tables.fuzz_figures(counts, 1, 3.02, 41, 1, "patched", "2026.10.6")
     assert figures["configurations"] == {"tried": 30, "failed": 1, "tracebacks": 0}
     assert (figures["tried"], figures["divergences"], figures["tracebacks"]) == (660, 1, 0)
     assert figures["seeds"] == {"first": 41, "last": 41} and figures["minutes"] == 3.02
-    table = fuzz.record_table(figures)
+    table = tables.fuzz_table(figures)
     assert "| bad inputs | 600 | 0 | 0 |" in table and "| configurations | 30 | 1 | 0 |" in table
 
 

@@ -65,12 +65,13 @@ class Example:
         }
 
 
-def tiny_checkpoint():
-    """A tiny checkpoint in a fresh temporary directory, written once per process and temporary directory:
-    the command line points tempfile at a scratch directory of its own and removes it afterwards."""
-    where = tempfile.gettempdir()
+def tiny_checkpoint(**config):
+    """A tiny checkpoint in a fresh temporary directory, written once per process, temporary directory and `config`
+    (settings of its config: block_size=3): the command line points tempfile at a scratch directory of its own and
+    removes it afterwards."""
+    where = (tempfile.gettempdir(), *sorted(config.items()))
     if where not in _CHECKPOINTS:
-        _CHECKPOINTS[where] = write_tiny_checkpoint(os.path.join(scratch("udn-tiny-"), "tiny"))
+        _CHECKPOINTS[where] = write_tiny_checkpoint(os.path.join(scratch("udn-tiny-"), "tiny"), **config)
     return _CHECKPOINTS[where]
 
 

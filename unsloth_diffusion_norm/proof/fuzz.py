@@ -17,7 +17,7 @@ dependency) is imported inside the functions that draw, never at import."""
 
 from dataclasses import asdict, dataclass, replace
 
-from . import experiment, judging, oracle
+from . import experiment, fixtures, judging, oracle
 from .fixtures import Example
 
 EPS = (1e-3, 0.02, 0.5, 0.98)  # NVIDIA's floor, near 0, the middle, near 1
@@ -80,7 +80,7 @@ class Configuration:
             found["max_length"] = self.max_length
         if self.block:
             found.update(diffusion_paradigm="block_diff", diffusion_ar_loss_alpha=self.alpha)
-            found["checkpoint"] = _checkpoint_with_blocks(self.block)
+            found["checkpoint"] = fixtures.tiny_checkpoint(block_size=self.block)  # (shipped bidirectional)
         if self.eval_draws is not None:
             found.update(
                 diffusion_eval_noise="fixed",
@@ -132,18 +132,6 @@ class Configuration:
         return f"{len(self.examples)} examples, supervised lengths {lengths}; " + (
             ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "defaults"
         )
-
-
-def _checkpoint_with_blocks(size, kept={}):  # noqa: B006 (one per process and size)
-    """A tiny checkpoint shipped bidirectional whose config gives block diffusion blocks of `size`."""
-    if size not in kept:
-        import os
-
-        from .fixtures import scratch
-        from .tiny_model import write_tiny_checkpoint
-
-        kept[size] = write_tiny_checkpoint(os.path.join(scratch("udn-fuzz-"), "tiny"), block_size=size)
-    return kept[size]
 
 
 def in_ci(examples):
@@ -484,42 +472,3 @@ def check_flag(flag, text, where):
     parse_flag(trl.parse_args_and_config, ["--config", str(path)])
     path.unlink()
     assert not list(where.iterdir()), list(where.iterdir())  # nothing written for a run that never started
-
-
-# ---- the record of a fuzzing run (scripts/fuzz.py) ------------------------------------------------------------------
-
-KINDS = ("configurations", "family configurations", "rank cases", "bad inputs")
-# What a fuzzing run measured: the core, and the fuzzer and the oracle that judge it.
-COVERS = {
-    "the core": ["unsloth_diffusion_norm/*.py"],
-    "the fuzzer": ["unsloth_diffusion_norm/proof/**", "scripts/fuzz.py", "tests/integration/test_fuzz.py"],
-}
-
-
-def record_figures(counts, rounds, minutes, first_seed, failures, mode, unsloth):
-    """A fuzzing run's record figures: per kind (KINDS) tried, diverged and tracebacks (from the Counter `counts`:
-    'KIND tried' / 'KIND failed' / 'KIND tracebacks'); the totals, rounds, minutes, seeds, failures, mode, release."""
-    kinds = {
-        kind.replace(" ", "_"): {what: counts.get(f"{kind} {what}", 0) for what in ("tried", "failed", "tracebacks")}
-        for kind in KINDS
-    }
-    return {
-        **kinds,
-        "tried": sum(k["tried"] for k in kinds.values()),
-        "divergences": sum(k["failed"] for k in kinds.values()),
-        "tracebacks": sum(k["tracebacks"] for k in kinds.values()),
-        "failures": failures,
-        "rounds": rounds,
-        "minutes": minutes,
-        "seeds": {"first": first_seed, "last": first_seed + rounds - 1 if rounds else None},
-        "mode": mode,
-        "unsloth": unsloth,
-    }
-
-
-def record_table(figures):
-    lines = ["| kind | tried | diverged | tracebacks |", "|---|---|---|---|"]
-    for kind in KINDS:
-        found = figures[kind.replace(" ", "_")]
-        lines.append(f"| {kind} | {found['tried']:,} | {found['failed']} | {found['tracebacks']} |")
-    return "\n".join(lines)

@@ -28,3 +28,42 @@ def flags_table():
 
     rows = [[f"`{flag.name}`", values(flag), flag.applies, flag.help] for flag in config.FLAGS]
     return markdown(["flag", "values", "where it applies", "what it does"], rows)
+
+
+# ---- the record of a fuzzing run (scripts/fuzz.py) ------------------------------------------------------------------
+
+FUZZ_KINDS = ("configurations", "family configurations", "rank cases", "bad inputs")
+# What a fuzzing run measured: the core, and the fuzzer and the oracle that judge it.
+FUZZ_COVERS = {
+    "the core": ["unsloth_diffusion_norm/*.py"],
+    "the fuzzer": ["unsloth_diffusion_norm/proof/**", "scripts/fuzz.py", "tests/integration/test_fuzz.py"],
+}
+
+
+def fuzz_figures(counts, rounds, minutes, first_seed, failures, mode, unsloth):
+    """A fuzzing run's record figures: per kind (FUZZ_KINDS) tried, diverged and tracebacks (from the Counter `counts`:
+    'KIND tried' / 'KIND failed' / 'KIND tracebacks'); the totals, rounds, minutes, seeds, failures, mode, release."""
+    kinds = {
+        kind.replace(" ", "_"): {what: counts.get(f"{kind} {what}", 0) for what in ("tried", "failed", "tracebacks")}
+        for kind in FUZZ_KINDS
+    }
+    return {
+        **kinds,
+        "tried": sum(k["tried"] for k in kinds.values()),
+        "divergences": sum(k["failed"] for k in kinds.values()),
+        "tracebacks": sum(k["tracebacks"] for k in kinds.values()),
+        "failures": failures,
+        "rounds": rounds,
+        "minutes": minutes,
+        "seeds": {"first": first_seed, "last": first_seed + rounds - 1 if rounds else None},
+        "mode": mode,
+        "unsloth": unsloth,
+    }
+
+
+def fuzz_table(figures):
+    lines = ["| kind | tried | diverged | tracebacks |", "|---|---|---|---|"]
+    for kind in FUZZ_KINDS:
+        found = figures[kind.replace(" ", "_")]
+        lines.append(f"| {kind} | {found['tried']:,} | {found['failed']} | {found['tracebacks']} |")
+    return "\n".join(lines)
