@@ -19,11 +19,12 @@ def noise_of(trainer):
 
 
 def model_config(model):
-    for candidate in (model, getattr(model, "base_model", None), getattr(model, "module", None)):
-        found = getattr(candidate, "config", None)
-        if found is not None:
-            return found
-    return None
+    found = [
+        getattr(c, "config", None) for c in (model, getattr(model, "base_model", None), getattr(model, "module", None))
+    ]
+    found = [config_ for config_ in found if config_ is not None]
+    # A wrapper's own config is not the model's (DeepSpeed's engine has one): a transformers config has a model_type.
+    return next((config_ for config_ in found if hasattr(config_, "model_type")), found[0] if found else None)
 
 
 def settle_noise(trainer):

@@ -41,6 +41,8 @@ CASES = {
     "micro-batch-without-supervised-tokens": dict(examples=[Example([10, 11, 12], [], eos=False), *equal_answers(3)]),
     "lora-frozen-head": dict(examples=equal_answers(4), lora="frozen-head"),
     "rows-clipped-at-max-length-get-no-fill": dict(examples=mixed_answers(4), batch_size=2, max_length=9),
+    "gradient-checkpointing": dict(examples=mixed_answers(4), gradient_checkpointing=True),
+    "bf16-autocast": dict(examples=mixed_answers(4), bf16=True),
 }
 
 
@@ -48,7 +50,10 @@ CASES = {
 def test_a_block_diff_checkpoint_trains_nvidias_objective_and_the_release_alone_misses_it(case, plugin):
     spec = dict(CASES[case])
     run = experiment.train(checkpoint=checkpoint(), **spec)
-    settings = OracleSettings(block=oracle.BlockDiffusion(BLOCK, max_length=spec.get("max_length")))
+    settings = OracleSettings(
+        block=oracle.BlockDiffusion(BLOCK, max_length=spec.get("max_length")),
+        precision="bf16" if spec.get("bf16") else "fp32",
+    )
     verdicts = [judge(run, window, settings) for window in run.windows]
     for i, verdict in enumerate(verdicts):
         assert verdict.ok, f"{case}, window {i}: {verdict}"
@@ -119,11 +124,16 @@ def test_the_flag_trains_a_checkpoint_shipped_bidirectional_in_nvidias_mode_wher
     assert loaded.config.dlm_paradigm == "bidirectional"  # the keyword is dropped: the flag is the way
     settings = OracleSettings(block=oracle.BlockDiffusion(BLOCK, 0.5))
     asked = dict(diffusion_paradigm="block_diff", diffusion_ar_loss_alpha=0.5)
-    run = experiment.train(mixed_answers(4), checkpoint=checkpoint("bidirectional"), **asked)
+    evaluated = dict(eval_examples=mixed_answers(2), eval_strategy="steps", eval_steps=1)
+    run = experiment.train(mixed_answers(4), checkpoint=checkpoint("bidirectional"), **asked, **evaluated)
     for i, window in enumerate(run.windows):
         assert judge(run, window, settings).ok, f"window {i}"
     logs = run.windows[0].logs
     assert logs["loss"] == pytest.approx(0.5 * logs["loss_diffusion"] + logs["loss_ar"], rel=1e-5)
+    (evaluation, *_) = [h for h in run.trainer.state.log_history if "eval_loss" in h]  # the terms at evaluation too
+    assert evaluation["eval_loss"] == pytest.approx(
+        0.5 * evaluation["eval_loss_diffusion"] + evaluation["eval_loss_ar"], rel=1e-5
+    )
     layers = [m for m in run.trainer.model.modules() if type(m).__name__.endswith("Attention")]
     assert {type(m).__name__ for m in layers} == {block_attention.FLEX_CLASS}
     with unsloth_diffusion_norm.unpatched():

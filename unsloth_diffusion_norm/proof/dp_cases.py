@@ -123,4 +123,5 @@ SHARDED = {
     "lora-frozen-head": Case(2, UNEQUAL, lora="frozen-head"),
     "per-sample-noise": CASES["per-sample-noise"],
     "resume-mid-epoch": CASES["resume-mid-epoch"],
+    "block-diffusion": CASES["block-diffusion"],
 }
