@@ -141,6 +141,18 @@ def test_the_flag_trains_a_checkpoint_shipped_bidirectional_in_nvidias_mode_wher
         assert {type(m).__name__ for m in layers} == {"Attention"}
 
 
+def test_the_flag_trains_a_block_diff_checkpoint_bidirectionally_the_other_way_round(plugin):
+    run = experiment.train(equal_answers(4), checkpoint=checkpoint(), diffusion_paradigm="bidirectional")
+    assert run.trainer.model.config.dlm_paradigm == "bidirectional"
+    assert {type(m).__name__ for m in run.trainer.model.modules() if type(m).__name__.endswith("Attention")} == {
+        "Attention"
+    }
+    reference = run.reference_model  # (loaded apart, in the checkpoint's mode: given the same switch)
+    for patch in block_attention.patches(reference, reference.config, "bidirectional", BLOCK):
+        patch.apply()
+    assert all(judge(run, window).ok for window in run.windows)  # the bidirectional oracle
+
+
 def test_the_cpus_stand_in_for_flex_attention_is_the_models_flex_attention():
     """FlexAttention runs forward on a CPU (not backward): there the core's SDPA stand-in gives its output, layer
     by layer and through the whole block-diffusion forward, within the tolerance."""
