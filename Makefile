@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast lint dist wheel-check docs-outputs matrix mutation convergence registered fuzz clean
+.PHONY: setup reproduce test test-fast test-archive lint dist wheel-check docs-outputs matrix mutation convergence registered fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -42,6 +42,12 @@ TEST := $(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --di
 
 test: setup
 	$(TEST)
+
+# The unit tier from a source archive of HEAD (no .git), as a distribution builds and tests the package.
+test-archive: setup
+	where=$$(mktemp -d) && git archive HEAD | tar x -C $$where && cd $$where && \
+		PYTHONPATH=$$where $(abspath $(BIN))/python -m pytest -q -p no:cacheprovider tests/unit; \
+		status=$$?; rm -rf $$where; exit $$status
 
 # ruff, configured in pyproject.toml: the lint rules, then the formatting (seconds).
 lint: setup

@@ -56,6 +56,10 @@ def head():
     return _git("rev-parse", "--short", "HEAD")
 
 
+# A record's commit where none is known: written from a source archive or an sdist, outside a git checkout.
+OUTSIDE = "none (written outside a git checkout)"
+
+
 def machine():
     """'CPU' or the GPU's model, with the host's cores: what a reader needs to weigh a figure."""
     try:
@@ -89,7 +93,7 @@ def write(
     record = {
         "name": name,
         "command": command,
-        "commit": commit or head(),
+        "commit": commit or head() or OUTSIDE,
         "dirty": commit is None and bool(_git("status", "--porcelain", "--", "unsloth_diffusion_norm")),
         "date": date or datetime.date.today().isoformat(),
         "machine": where or machine(),
