@@ -63,7 +63,22 @@ def test_the_readme_and_the_docs_keep_to_their_word_budgets():
     assert sum(words.values()) <= 15_000, sorted(words.items(), key=lambda item: -item[1])
 
 
-def test_readme_first_80_lines_answer_what_am_i_affected_install_the_one_line_and_the_test_command():
+def test_readme_first_40_lines_answer_what_it_fixes_am_i_affected_install_the_one_line_and_the_check():
+    """The first screen: what it fixes (its symbols defined there, the flag behind "window" named), whether you
+    are affected, how to install, the one line, and the command that checks your stack."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    screen = "\n".join(lines[:40])
+    for heading in ("The one line", "What it fixes", "Am I affected?"):
+        assert re.search(rf"^## {re.escape(heading)}$", screen, re.M), f"{heading!r} in the first 40 lines"
+    code = "\n".join(FENCE.findall(screen))
+    for command in (r"import unsloth_diffusion_norm\b", r"pip install \.", r"unsloth-diffusion-norm doctor\b"):
+        assert re.search(rf"^{command}", code, re.M), f"{command!r}, in a code block of the first 40 lines"
+    for defined in ("`p_mask`:", "weighted sum `S`", "masked\ntokens `N`", "(GA)", "over micro-batches `g`"):
+        assert defined in screen, f"{defined!r} defined on the first screen"
+    assert "diffusion_loss_normalization" in screen
+
+
+def test_readme_first_80_lines_hold_every_section_a_user_starts_with_and_the_test_command():
     lines = README.read_text(encoding="utf-8").splitlines()
     head = "\n".join(lines[:80])
     for heading in ("What it fixes", "Am I affected?", "Install", "The one line", "Check it"):
