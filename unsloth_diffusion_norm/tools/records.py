@@ -61,15 +61,31 @@ OUTSIDE = "none (written outside a git checkout)"
 
 
 def machine():
-    """'CPU' or the GPU's model, with the host's cores: what a reader needs to weigh a figure."""
+    """'CPU' or the GPU's model, with the host's cores, the CPU's model and the kernels torch picks on it (its CPU
+    capability): what a reader needs to weigh a figure, and to know where it reproduces bitwise."""
+    capability = None
     try:
         import torch  # noqa: PLC0415  (only where a tool measures: the unit tier never writes)
 
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(0)
+        capability = torch.backends.cpu.get_cpu_capability()
     except ImportError:
         pass
-    return f"CPU ({os.cpu_count()} cores, {platform.machine()})"
+    said = [f"{os.cpu_count()} cores", platform.machine(), cpu_model()]
+    return f"CPU ({', '.join(filter(None, said))}; torch CPU capability {capability})"
+
+
+def cpu_model():
+    """The CPU's model name, as the operating system gives it (None where it gives none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def versions():
