@@ -38,7 +38,7 @@ WORKERS ?= 2
 # The three-rank and two-node launches (markers three_ranks, multi_node) are the dense and native legs'
 # (`make matrix`): the counting rule and per-sample keys they check are shared by every loss shape.
 TEST := $(RUN) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
-	-m "not three_ranks and not multi_node"
+	-m "not three_ranks and not multi_node and not notebook"
 
 test: setup
 	$(TEST)

@@ -45,6 +45,7 @@ class Leg:
     # time where the leg is one file of fresh interpreters (both workers busy).
     dist: str = "loadfile"
     sharded: bool = False  # install DeepSpeed (the `sharded` extra) into this leg
+    notebook: bool = False  # install Jupyter's kernel and client (and matplotlib): the notebook runs in this leg
     # Installed past Unsloth's caps on purpose (uv's --override): these requirements, with the leg's transformers
     # and TRL, replace what Unsloth's metadata asks for. Where Unsloth itself then fails to import, the leg is
     # skipped with that one line; where the plugin fails, it fails.
@@ -111,7 +112,7 @@ LEGS = [
         # the dense shape shares with the chunked one (make test leaves both launches to this leg and the native
         # one). What the 4.56 leg below runs on this shape runs there only: on 5.17 / 1.15 the patched Trainer
         # loop is `make test`'s.
-        select="not sharded and not once",
+        select="not sharded and not once and not notebook",
         paths=INTEGRATION,
         leaves_out=DENSE_OLD_STACK,
     ),
@@ -142,7 +143,7 @@ LEGS = [
         "1.15.0",
         "chunked cross-entropy shape (the README's `make test`: every tier but three ranks and two nodes, the other "
         "shapes')",
-        select="not three_ranks and not multi_node",  # as `make test` (Makefile): the rule is every shape's
+        select="not three_ranks and not multi_node and not notebook",  # as `make test` (Makefile)
         sharded=True,  # as `make test` installs it: the DeepSpeed engines run here too
     ),
     # The oldest transformers / TRL on the chunked shape: what their Trainer, parsers and command line change.
@@ -166,7 +167,7 @@ LEGS = [
         "1.15.0",
         "fixed upstream: native, Unsloth's own loss and the oracle cases; multi-node and sharded ranks, the "
         "families, the fuzzer (Trainer's loop: the newest stack)",
-        select="not once",
+        select="not once and not notebook",
         paths=INTEGRATION,
         # What the 5.25 leg below runs on this shape runs there only, but for the oracle cases: the native claim on
         # the stack users run (the patched Trainer loop on 5.17 / 1.15 is `make test`'s).
@@ -177,9 +178,10 @@ LEGS = [
         NEWEST["unsloth"],
         NEWEST["transformers"],
         NEWEST["trl"],
-        "past its caps: the newest Unsloth with the newest transformers and TRL (Trainer's loop, doctor)",
+        "past its caps: the newest Unsloth with the newest transformers and TRL (Trainer's loop, doctor, the notebook)",
         select="not once",
-        paths=TRAINER_LOOP,
+        paths=(*TRAINER_LOOP, "tests/integration/test_notebook.py"),
+        notebook=True,
         # the import order's bookkeeping, as test_release: the same Unsloth files as the 5.17 leg
         leaves_out=(
             "tests/integration/test_field.py::test_unpatch_before_unsloth_is_remembered_until_apply",
@@ -246,6 +248,7 @@ def build(leg, where, log):
         f"trl=={leg.trl}",
         "torch==2.13.0",
         *pinned("wrapt", "pytest", "pytest-xdist", "hypothesis"),
+        *(pinned("nbclient", "nbformat", "ipykernel", "matplotlib") if leg.notebook else ()),
     ]
     sharded = os.path.join(ROOT, "requirements-sharded.txt")
     overrides = [f"transformers=={leg.transformers}", f"trl=={leg.trl}", *leg.past_caps] if leg.past_caps else []
