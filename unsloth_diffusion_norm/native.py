@@ -80,8 +80,24 @@ def trainer_patches(release, trainer, noise_mode):
         deferred or keyed_evaluation or noise_mode == config.PER_SAMPLE
     ):
         return observed
+    profile, patches = _profile_copy(trainer, wanted)
+    if deferred or keyed_evaluation:
+        patches.append(_profile_loss(release, profile, deferred, keyed_evaluation))
+    if deferred:  # (a per-micro-batch loss draws in compute_loss already, after any restore)
+        patches.append(_fetch_undrawn_patch(trainer))
+    if noise_mode == config.PER_SAMPLE:
+        patches += _per_sample_noise(release, trainer, profile)
+    if keyed_evaluation:
+        patches += evaluation.trainer_patches(
+            release, trainer, lambda function: wrap_method(trainer, function, release)
+        )
+    return patches + observed
+
+
+def _profile_copy(trainer, wanted):
+    """(this trainer's own copy of its profile at `wanted` normalization, the patches that install it)."""
     profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=wanted)
-    patches = [
+    return profile, [
         Patch(
             "diffusion_profile",
             trainer,
@@ -98,38 +114,19 @@ def trainer_patches(release, trainer, noise_mode):
             "upstream's own rule, for the profile copy",
         ),
     ]
-    if deferred or keyed_evaluation:
-        patches.append(_profile_loss(release, profile, deferred, keyed_evaluation))
-    if deferred:  # (a per-micro-batch loss draws in compute_loss already, after any restore)
-        patches.append(_fetch_undrawn_patch(trainer))
-    if noise_mode == config.PER_SAMPLE:
-        patches += _per_sample_noise(release, trainer, profile)
-    if keyed_evaluation:
-        patches += evaluation.trainer_patches(
-            release, trainer, lambda function: wrap_method(trainer, function, release)
-        )
-    return patches + observed
 
 
 def _block_patches(release, trainer, noise_mode, block):
     """A block_diff model's run (block_diffusion): upstream's draws (keyed under per-sample noise) over each row's
     fill, the mode's loss of both window counts; Unsloth's compute_loss scales it for data parallel, as it scales
     its own. Upstream's loss never runs for such a model: it would call it with the noisy row alone."""
-    profile = dataclasses.replace(trainer.diffusion_profile, loss_normalization=config.GLOBAL_MASKED_TOKENS)
-    patches = [
-        Patch("diffusion_profile", trainer, "diffusion_profile", lambda current: profile, "this trainer's own copy"),
-        Patch(
-            "model_accepts_loss_kwargs",
-            trainer,
-            "model_accepts_loss_kwargs",
-            lambda current: True,
-            "the loss carries the window's counts: Trainer does not divide by the accumulation steps again",
-        ),
+    profile, patches = _profile_copy(trainer, config.GLOBAL_MASKED_TOKENS)  # (a window's counts: Trainer's off)
+    patches += [
         Patch(
             "diffusion_profile.compute_loss",
             profile,
             "compute_loss",
-            wrap_method(profile, _block_loss),
+            wrap_method(profile, _block_loss, block),
             "NVIDIA's block-diffusion objective: the window's noise drawn at its first step over the filled rows, "
             "alpha * diffusion / N_masked + AR / N_supervised",
         ),
@@ -141,17 +138,14 @@ def _block_patches(release, trainer, noise_mode, block):
     return [*patches, _fetch_undrawn_patch(trainer, order, block)]
 
 
-def _block_loss(wrapped, profile, pos, kwargs):
+def _block_loss(block, wrapped, profile, pos, kwargs):
     """A training micro-batch of a window: the window's noise and counts; anything else (evaluation, a direct
-    call): the micro-batch's own."""
+    call): the micro-batch's own. `block`: the run's BlockDiffusion, settled at construction."""
     model, inputs, args, this_window = loss_arguments(*pos, **kwargs)
-    block = block_diffusion.of_config(construction.model_config(model), args)
-
-    _, eos_id = profile._token_ids(model, args)
 
     def draw(batch):  # upstream's draw (the profile copy's: keyed under per-sample noise) over the filled rows
         prepared = lambda filled: noise.Noise(*profile.prepare_batch(model, filled, args))  # noqa: E731
-        return block_diffusion.draw(prepared, batch, block, eos_id)
+        return block_diffusion.draw(prepared, batch, block, profile._token_ids(model, args)[1])
 
     if not isinstance(this_window, Window):
         drawn = draw(inputs)
