@@ -361,11 +361,12 @@ def test(leg, where, log):
             "exit": 0,
             "unsloth_fails": why,
         }
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    counts, failures = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, []
     if os.path.exists(junit):
         suite = ElementTree.parse(junit).getroot()
         suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
         counts = {k: int(suite.get(k, 0)) for k in counts}
+        failures = failed_tests(suite)
     failed = counts["failures"] + counts["errors"]
     return {
         "mode": junit_mode(junit) or mode(python, env),
@@ -375,7 +376,19 @@ def test(leg, where, log):
         "skipped": counts["skipped"],
         "exit": code,
         "test_seconds": round(seconds),
+        "failures": failures,
     }
+
+
+def failed_tests(suite, most=12):
+    """'test id: the first line of its error' for each failed test of a junit suite (at most `most`): what a CI
+    log that keeps only its tail still shows."""
+    out = []
+    for case in suite.iter("testcase"):
+        for bad in [*case.findall("failure"), *case.findall("error")]:
+            message = (bad.get("message") or bad.text or "").strip().splitlines()
+            out.append(f"{case.get('classname')}::{case.get('name')}: {message[0][:300] if message else '?'}")
+    return out[:most]
 
 
 def table(results):
@@ -399,7 +412,7 @@ def table(results):
 
 def figures(results):
     """The record's figures of a matrix run: per leg (by its name, and as a list in the table's order) the versions,
-    mode, test counts, result and seconds; and the counts of legs."""
+    mode, test counts, result, seconds and minutes; the counts of legs and the run's minutes."""
     legs = []
     for r in results:
         v = r.get("versions") or {}
@@ -417,6 +430,7 @@ def figures(results):
                 "result": "skipped" if r.get("unsloth_fails") else "pass" if r.get("exit") == 0 else "fail",
                 "build_seconds": r.get("build_seconds"),
                 "test_seconds": r.get("test_seconds"),
+                "minutes": round(((r.get("build_seconds") or 0) + (r.get("test_seconds") or 0)) / 60, 1),
             }
         )
     return {
@@ -424,6 +438,7 @@ def figures(results):
         "list": legs,
         "count": len(legs),
         "passing": sum(leg["result"] == "pass" for leg in legs),
+        "minutes": round(sum(leg["minutes"] for leg in legs), 1),  # the run, every leg built and tested
     }
 
 
@@ -527,6 +542,9 @@ def main(argv=None):
         os.makedirs(os.path.dirname(ARGS.results), exist_ok=True)
         json.dump(results, open(ARGS.results, "w"), indent=1)
     print(table(results))
+    for r in results:  # last, where a log cut to its tail keeps them
+        for line in r.get("failures") or ():
+            print(f"FAILED ({r['name']}) {line}")
     if ARGS.page:
         write_page(ARGS.page, results)
     if not ARGS.no_record:

@@ -63,6 +63,23 @@ def test_the_leg_past_unsloths_caps_overrides_its_pins_and_a_failing_unsloth_is_
     assert matrix.figures([result])["list"][0]["result"] == "skipped"
 
 
+def test_a_failed_leg_names_its_failed_tests_and_their_first_error_line():
+    """What a CI log cut to its tail keeps: each failed test of a leg's junit file, with its error's first line."""
+    from xml.etree import ElementTree
+
+    matrix = script("matrix")
+    suite = ElementTree.fromstring(
+        '<testsuite tests="3" failures="1" errors="1"><testcase classname="tests.a" name="test_ok"/>'
+        '<testcase classname="tests.a" name="test_bad"><failure message="AssertionError: 1 != 2&#10;more"/></testcase>'
+        '<testcase classname="tests.b" name="test_launch"><error>RuntimeError: torchrun failed</error></testcase>'
+        "</testsuite>"
+    )
+    assert matrix.failed_tests(suite) == [
+        "tests.a::test_bad: AssertionError: 1 != 2",
+        "tests.b::test_launch: RuntimeError: torchrun failed",
+    ]
+
+
 def test_the_mutation_reports_record_holds_its_score_counts_and_module_table(store):
     mutation = script("mutation")
     results = {  # two modules' mutants: one killed, one equivalent, one surviving

@@ -418,6 +418,11 @@ def launch(ranks, names, launcher="torchrun", timeout=600, engine=None, nodes=1,
         }
         try:
             done = processes.run_together([command + module for command in commands], timeout, env=env, cwd=cwd)
+            if nodes > 1 and done.returncode != 0 and PORT_TAKEN in done.stdout + done.stderr:
+                # The free port node_agents found was taken before the first agent listened on it (another
+                # launch's rank, between the probe and the bind): once more on a fresh one.
+                commands = node_agents(nodes, ranks // nodes)
+                done = processes.run_together([command + module for command in commands], timeout, env=env, cwd=cwd)
         except TimeoutError as error:
             raise RuntimeError(f"{what} timed out: {error}") from None
         if done.returncode != 0:
@@ -446,6 +451,9 @@ def one_node(launcher, ranks):
             "--main_process_port=0",
         ]
     raise ValueError(f"launcher must be one of {LAUNCHERS}, not {launcher!r}")
+
+
+PORT_TAKEN = "EADDRINUSE"  # what torch's TCPStore prints where its port is in use
 
 
 def node_agents(nodes, per_node):
