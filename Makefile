@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast test-archive lint dist wheel-check docs-outputs matrix mutation convergence registered fuzz clean
+.PHONY: setup reproduce test test-fast test-archive lint dist wheel-check docs-outputs matrix mutation convergence registered replicate fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -109,6 +109,12 @@ REGISTERED_MINUTES ?= 30
 registered: setup
 	$(RUN) $(BIN)/python scripts/convergence.py --registered --add-to docs/convergence-registered.json \
 		--minutes $(REGISTERED_MINUTES)
+
+# The registered study again on fresh seeds (24-47): how to check its verdict on another machine, where the
+# registered runs need not reproduce bitwise. Grows docs/convergence-replication.json like `make registered`.
+replicate: setup
+	$(RUN) $(BIN)/python scripts/convergence.py --registered --replicate 24 \
+		--add-to docs/convergence-replication.json --minutes $(REGISTERED_MINUTES)
 
 # The fuzzer (tests/integration/test_fuzz.py, whose bounded share every `make test` and matrix leg runs) for
 # FUZZ_MINUTES: rounds of fresh random configurations against the oracle and random bad input; prints the counts.

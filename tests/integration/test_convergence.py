@@ -138,8 +138,9 @@ def test_a_results_file_grows_a_run_at_a_time_and_counts_the_seeds_every_arm_has
 
 @pytest.mark.once
 def test_the_registered_study_grows_by_whole_seeds_and_tests_nothing_before_its_registered_count(plugin, tmp_path):
-    """A chunk of the registered study (here at a few steps) adds whole seeds: every arm at both layouts; the
-    table is progress, with no test, until the registered seed count; a file of other settings is refused."""
+    """A chunk of the registered study (here at a few steps, as a replication on fresh seeds from 24) adds whole
+    seeds: every arm at both layouts; the table is progress, with no test, until the registered seed count; a file
+    of other settings is refused."""
     import dataclasses
     import json
 
@@ -147,12 +148,13 @@ def test_the_registered_study_grows_by_whole_seeds_and_tests_nothing_before_its_
     from unsloth_diffusion_norm.tools.convergence import registered
 
     settings = dataclasses.replace(registered.SETTINGS, steps=4, every=2, train_rows=64, held_rows=8)
+    settings = registered.replication(settings, 24)
     path = str(tmp_path / "registered.json")
     found = registered.grow(path, settings, str(tmp_path), 1e-6, lambda _: None, 1, "CPU", "abc1234")
     assert {key: [run["seed"] for run in runs] for key, runs in found["runs"].items()} == {
-        key: [0] for key, _, _ in registered.UNITS
+        key: [24] for key, _, _ in registered.UNITS
     }
-    assert [c["seeds"] for c in found["chunks"]] == [[0]] and found["chunks"][0]["commit"] == "abc1234"
+    assert [c["seeds"] for c in found["chunks"]] == [[24]] and found["chunks"][0]["commit"] == "abc1234"
     assert set(found["impact"]) == set(registered.LAYOUTS) and all(
         0 <= i["share"] < 1 for i in found["impact"].values()
     )
@@ -161,7 +163,7 @@ def test_the_registered_study_grows_by_whole_seeds_and_tests_nothing_before_its_
     result = registered.analysis(found)
     assert result["seeds"] == 1 and not result["registered"]
     assert not any(h["primary"]["significant"] for h in result["hypotheses"].values())
-    assert registered.render(found).startswith("Progress: 1 of 24 registered seeds")
+    assert registered.render(found).startswith("Replication on fresh seeds 24–47, progress: 1 of 24 seeds")
     assert json.loads((tmp_path / "registered.json").read_text()) == json.loads(json.dumps(found))
     with pytest.raises(console.Failure, match="holds the study at other settings"):
         registered.grow(path, dataclasses.replace(settings, steps=6), str(tmp_path), 1e-6, lambda _: None)

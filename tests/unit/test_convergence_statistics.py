@@ -142,6 +142,8 @@ def test_part3_report_pairs_complete_seeds_and_holds_unsloths_own_fix_to_the_win
         (["--part", "3", "--add-to", "x.json", "--minutes", "-1"], "argument --minutes: a number of minutes above 0"),
         (["--part", "4"], "argument --part: invalid choice: 4"),
         (["--gpu", "--part", "1"], "--gpu is Part 2's or Part 3's preset: leave out --part 1"),
+        (["--registered", "--replicate", "24"], "--replicate runs the registered study on fresh seeds: give"),
+        (["--registered", "--replicate", "7", "--add-to", "x.json"], "seeds 0-23 are the registered ones: give 24"),
     ],
 )
 def test_part3_flags_refused_in_one_line(argv, says, capsys):
@@ -301,20 +303,25 @@ def test_the_registered_analysis_counts_a_run_that_never_learned_as_later_and_te
         measured = [(s, {"accuracy": a, "by_length": [a] * 4, "palindromes": a, "objective": 1 - a}) for s, a in curve]
         return {"seed": seed, "measured": measured}
 
-    def study(seeds):
+    def study(seeds, first=0):
         runs = {}
         for layout in registered.LAYOUTS.values():
-            runs[registered.unit("window", layout)] = [run(s, 50) for s in range(seeds)]
-            theirs = [run(s, None if s % 2 else 100) for s in range(seeds)]
+            runs[registered.unit("window", layout)] = [run(s, 50) for s in range(first, first + seeds)]
+            theirs = [run(s, None if s % 2 else 100) for s in range(first, first + seeds)]
             runs[registered.unit("microbatch", layout)] = theirs
-        return {"settings": settings, "runs": runs}
+        return {"settings": {**settings, "seeds": list(range(first, first + 24))}, "runs": runs}
 
     assert registered.censored(run(0, None), settings) == 150
     early = registered.analysis(study(23))
-    assert not early["registered"] and "Progress: 23 of 24" in registered.render(study(23))
+    assert not early["registered"] and "Registered study, progress: 23 of 24 seeds" in registered.render(study(23))
     found = registered.analysis(study(24))
     h1 = found["hypotheses"]["H1"]
     assert found["registered"] and h1["primary"]["earlier"] == 24 and h1["primary"]["significant"]
     assert h1["learned"] == {"window": 24, "microbatch": 12, "p": pytest.approx(2 / 2**12)}
     assert h1["median_difference"]["mean"] < 0 and h1["final"]["mean"] == pytest.approx(0.5)
     assert "the window learns the task sooner" in registered.render(study(24))
+    # A replication (--replicate 24): the same protocol on fresh seeds, its table labelled as one.
+    assert registered.replication(registered.SETTINGS, 24).seeds == tuple(range(24, 48))
+    again = registered.render(study(24, first=24))
+    assert again.startswith("Replication on fresh seeds 24–47: 24 seeds") and "sooner" in again
+    assert registered.render(study(3, first=100)).startswith("Replication on fresh seeds 100–123, progress: 3 of 24")

@@ -224,6 +224,14 @@ def _parser():
         "seeds and print the registered table (the tests only once every registered seed has run)",
     )
     add(
+        "--replicate",
+        type=_fresh_seed,
+        metavar="FIRST",
+        help="with --registered --add-to FILE: the registered study again on 24 fresh seeds from FIRST on (24 or "
+        "more: 0-23 are the registered ones), its table labelled a replication; how to check the verdict on "
+        "another machine, where the registered runs need not reproduce bitwise",
+    )
+    add(
         "--gpu",
         action="store_true",
         help="Part 2 at the CUDA preset (the GPU bench's architecture, bf16, 300 steps, 5 seeds), or with --part 3 "
@@ -273,12 +281,28 @@ def _parser():
     return parser
 
 
+def _fresh_seed(text):
+    """--replicate's first seed: past the registered seeds, so the replication's draws are new."""
+    import argparse
+
+    from . import registered
+
+    first = console.positive_int(text)
+    if first < registered.SEEDS:
+        raise argparse.ArgumentTypeError(
+            f"seeds 0-{registered.SEEDS - 1} are the registered ones: give {registered.SEEDS} or more"
+        )
+    return first
+
+
 def _refuse(parser, args, parts):
     """The combinations that cannot run, refused before anything is imported."""
     if args.gpu and args.part == 1:
         parser.error("--gpu is Part 2's or Part 3's preset: leave out --part 1")
     if args.registered and (args.part or args.quick or args.seeds or args.native or args.arms or args.json):
         parser.error("--registered is its own study: leave out --part, --quick, --seeds, --native, --arms, --json")
+    if args.replicate is not None and not (args.registered and args.add_to):
+        parser.error("--replicate runs the registered study on fresh seeds: give --registered and --add-to FILE")
     if args.add_to and parts != (3,) and not args.registered:
         parser.error("--add-to grows a Part 3 results file: give --part 3 (or --registered)")
     if args.add_to and (args.json or args.quick or args.seeds or args.native):
@@ -312,6 +336,8 @@ def _grow(args, third, state, workdir, say, command):
     device = _device_name() if args.gpu else "CPU"
     if args.registered:
         settings = registered.GPU if args.gpu else registered.SETTINGS
+        if args.replicate is not None:
+            settings = registered.replication(settings, args.replicate)
         workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
         from .. import records
 

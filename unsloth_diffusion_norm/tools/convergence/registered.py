@@ -25,6 +25,16 @@ SETTINGS = task.Part3(seeds=tuple(range(SEEDS)))  # Part 3's: 1,200 steps, measu
 GPU = dataclasses.replace(task.GPU3, seeds=tuple(range(SEEDS)))  # the larger model, bf16, measured every 100
 
 
+def replication(settings, first):
+    """The same study on SEEDS fresh seeds from `first` on (past the registered 0-23): how a reader checks the
+    verdict on another machine, where the registered runs' digests need not reproduce."""
+    return dataclasses.replace(settings, seeds=tuple(range(first, first + SEEDS)))
+
+
+def _first_seed(found):
+    return (found["settings"].get("seeds") or [0])[0]
+
+
 def unit(name, layout):
     return f"{name} {layout[0]}x{layout[1]}"
 
@@ -93,7 +103,7 @@ def grow(path, settings, workdir, minutes, say=print, workers=1, device="CPU", c
         while len(_complete(found["runs"])) < SEEDS:
             if chunk["seeds"] and time.time() - started + longest > 60 * minutes:
                 break
-            seed = next(s for s in range(SEEDS) if s not in _complete(found["runs"]))
+            seed = next(s for s in settings.seeds if s not in _complete(found["runs"]))
             began, todo = time.time(), [(k, n, lay) for k, n, lay in UNITS if seed not in _seeds(found, k)]
             jobs = [(dataclasses.replace(settings, batch=b, ga=g), seed, n, workdir) for _, n, (b, g) in todo]
             for (key, _, _), run in zip(todo, train(jobs)):
@@ -203,7 +213,7 @@ def analysis(found):
     settings, seeds = found["settings"], _complete(found["runs"])
     registered = len(seeds) >= SEEDS
     seeds = seeds[:SEEDS]
-    out = {"seeds": len(seeds), "registered": registered, "hypotheses": {}}
+    out = {"seeds": len(seeds), "registered": registered, "first_seed": _first_seed(found), "hypotheses": {}}
     for hypothesis, layout in LAYOUTS.items():
         by = {name: {r["seed"]: r for r in found["runs"][unit(name, layout)]} for name in ARMS}
         ours, theirs = ([by[name][s] for s in seeds] for name in ARMS)
@@ -255,7 +265,7 @@ def render(found):
     from ...proof import tables
 
     result = analysis(found)
-    seeds, registered = result["seeds"], result["registered"]
+    seeds, registered, first = result["seeds"], result["registered"], result["first_seed"]
 
     def band(d, scale=100.0, digits=1):
         if d["low"] is None:
@@ -288,10 +298,11 @@ def render(found):
                 "–" if moved is None else f"{100 * moved['share']:.1f} %",
             ]
         )
+    study = f"Replication on fresh seeds {first}–{first + SEEDS - 1}" if first else "Registered study"
     title = (
-        f"Registered study: {seeds} seeds of every arm and layout (window − per-micro-batch)"
+        f"{study}: {seeds} seeds of every arm and layout (window − per-micro-batch)"
         if registered
-        else f"Progress: {seeds} of {SEEDS} registered seeds (no test until all have run)"
+        else f"{study}, progress: {seeds} of {SEEDS} seeds (no test until all have run)"
     )
     lines = [title, ""] + tables.markdown(header, body)
     if registered:
