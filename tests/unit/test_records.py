@@ -1,11 +1,13 @@
 """The pages say what the records hold (unsloth_diffusion_norm/tools/records.py): every figure of the README and
-docs/ rendered from a record as it reads now, no measured figure in prose that no record holds, no count of
-things the code defines typed by hand. A failure names the file, the line and the record's value; the fix is
-`python scripts/docs_outputs.py --render` (or a record that holds the figure). Plain text only."""
+docs/ rendered from a record as it reads now, and every number in the prose of README, docs, CONTRIBUTING and
+CHANGELOG rendered from a record, derived from the code, or a setting the page names as one; no count of things
+the code defines typed by hand. A failure names the file, the line and the text; the fix is
+`python scripts/docs_outputs.py --render`, a record that holds the figure, or the setting in `code`."""
 
 import json
 import pathlib
 import re
+import sys
 
 import pytest
 
@@ -13,10 +15,15 @@ from unsloth_diffusion_norm.tools import records
 
 ROOT = pathlib.Path(records.ROOT)
 PAGES = [pathlib.Path(p) for p in records.pages()]
+PROSE = [*PAGES, ROOT / "CHANGELOG.md"]
 REQUIRED = ("name", "command", "commit", "date", "machine", "versions", "covers", "figures")
 
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
-MARKED = re.compile(r"<!--r .*?<!--/r-->|<!--n .*?<!--/n-->|<!-- record: .*?<!-- /record -->", re.S)
+MARKED = re.compile(
+    r"<!--r .*?<!--/r-->|<!--n .*?<!--/n-->|<!-- record: .*?<!-- /record -->|"
+    r"<!-- compatibility table: start -->.*?<!-- compatibility table: end -->|<!-- flags: start.*?<!-- flags: end -->",
+    re.S,
+)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
@@ -28,6 +35,19 @@ VERSION = re.compile(
 )
 MEASURED = re.compile(
     r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?%|(?<![\w.])\d[\d,]*\.\d+(?:e[-+]?\d+)?(?:\s?ms\b)?|\b\d[\d,]*\s?ms\b"
+)
+# Every numeral of the prose is one of these, or a failure: what a reader takes for a setting (a layout, a seed, an
+# exit status, a list's item, a part of a page, an issue), or 0 and 1 (identities: a ratio's 1, an empty window's 0).
+NUMERAL = re.compile(r"(?<![\w.#/-])\d+(?:,\d{3})*(?:\.\d+)?(?![\w.]*\w)")
+_N = r"\d+(?:,\d{3})*"
+_NS = rf"{_N}(?:(?:,\s*| and | to | or |\s*[-–×x]\s*){_N})*"
+SETTING = re.compile(
+    rf"^\s*(?:[-*]\s+)?{_N}\.\s|"  # an ordered list's item
+    rf"\b(?:GA|batch(?: size)?|gradient accumulation|seeds?|hidden|exit(?: status)?|Parts?|windows|step|layouts?|issue|world size >)\s+{_NS}|"
+    rf"\b{_NS}\s*-?\s*(?:×\s*\d+\s*)?(?:CPU\s+|paired\s+|held-out\s+|warm-up\s+|two-rank\s+)?"
+    r"(?:ranks?|nodes?|process(?:es)?|seeds|layers?|tokens?|symbols|rows|items|draws|decimals|configurations|"
+    r"bad inputs|cases|micro-batches)\b",
+    re.I,
 )
 NUMBER = r"\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
 COUNTED = re.compile(
@@ -102,17 +122,50 @@ def test_every_figure_reads_as_its_record_renders_it_now(path):
     assert not wrong, "render the pages (python scripts/docs_outputs.py --render):\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_no_measured_figure_in_prose_that_no_record_holds(path):
-    typed = []
+def untyped(path):
+    """'FILE:LINE: TEXT' for each number of a page's prose that is neither rendered, derived nor a setting."""
+    found = []
     for i, line in prose_lines(path):
-        for figure in MEASURED.findall(VERSION.sub(" ", line)):
-            where = held(figure) or "no record holds it (a setting goes in `code`)"
-            typed.append(f"{path.relative_to(ROOT)}:{i}: {figure!r} typed by hand; {where}")
-    assert not typed, "\n".join(typed)
+        rest = SETTING.sub(" ", VERSION.sub(" ", line))
+        for m in NUMERAL.finditer(rest):
+            if m.group() in ("0", "1"):
+                continue
+            figure = next((f for f in MEASURED.findall(rest) if m.group() in f), m.group())
+            where = held(figure) or "no record holds it, the code does not derive it, and it reads as no setting"
+            found.append(f"{path.relative_to(ROOT)}:{i}: {figure!r} in {line.strip()[:100]!r}: {where}")
+    return found
 
 
-@pytest.mark.parametrize("path", [*PAGES, ROOT / "CONTRIBUTING.md"], ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_number_in_prose_is_rendered_derived_or_a_setting(path):
+    typed = untyped(path)
+    assert not typed, "render it (<!--r RECORD.KEY-->), derive it (<!--n NAME-->) or put the setting in `code`:\n" + (
+        "\n".join(typed)
+    )
+
+
+PLANTS = {
+    "CONTRIBUTING.md": "The suite has 812 tests.",
+    "CHANGELOG.md": "- `make test` now takes 6 minutes on two cores.",
+    "docs/api.md": "The plugin applies 14 patches to 2026.10.6.",
+}
+
+
+@pytest.mark.parametrize("page", sorted(PLANTS))
+def test_a_number_typed_into_a_page_fails_with_the_file_the_line_and_the_text(page, tmp_path, monkeypatch):
+    """A whole number in CONTRIBUTING, a duration in CHANGELOG and a count in a docs page, each planted at the end
+    of a copy of the real page: the one failure names it."""
+    copy = tmp_path / page
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    text = (ROOT / page).read_text(encoding="utf-8").rstrip("\n") + "\n\n" + PLANTS[page] + "\n"
+    copy.write_text(text, encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    typed = untyped(copy)
+    assert len(typed) == 1 and typed[0].startswith(f"{page}:{text.count(chr(10))}: "), typed
+    assert CODE_SPAN.sub("", PLANTS[page]).strip("- ")[:30] in typed[0], typed
+
+
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_count_of_what_the_code_defines_typed_by_hand(path):
     typed = [
         f"{path.relative_to(ROOT)}:{i}: {m.group()!r} typed by hand{derived(m.group(2))}: derive it (<!--n NAME-->, "
@@ -146,6 +199,8 @@ def test_a_figure_that_is_no_longer_its_records_fails_with_the_file_the_line_and
         assert good == "step time <!--r planted.ratio:.3f-->0.992 (CPU, 0000000)<!--/r--> of the release's"
         assert records.render(good.replace("0.992", "1.048")) == good
         assert held("0.992") == "perhaps records/planted.json's ratio (0.992): <!--r planted.ratio-->"
+        shown = "a page names a figure, `<!--r planted.ratio:.3f-->…<!--/r-->`, or a count, `<!--n flags-->…<!--/n-->`"
+        assert records.render(shown) == shown  # the syntax shown in a code span is text
     finally:
         records.load.cache_clear()
         records.changed_since.cache_clear()

@@ -274,8 +274,13 @@ def formatted(found, spec):
     return str(found)
 
 
+def _shown(line, match):
+    """A marker written out in a code span (a page that shows the syntax) is text, not a figure."""
+    return match.start() > 0 and line[match.start() - 1] == "`"
+
+
 def _render_line(line):
-    matches = list(FIGURE.finditer(line))
+    matches = [match for match in FIGURE.finditer(line) if not _shown(line, match)]
     out, last = [], 0
     for i, match in enumerate(matches):
         name = match["name"]
@@ -288,7 +293,9 @@ def _render_line(line):
         last = match.end()
     out.append(line[last:])
     line = "".join(out)
-    return COUNT.sub(lambda m: f"<!--n {m['name']}-->{COUNTS[m['name']]()}<!--/n-->", line)
+    return COUNT.sub(
+        lambda m: m.group() if _shown(line, m) else f"<!--n {m['name']}-->{COUNTS[m['name']]()}<!--/n-->", line
+    )
 
 
 def stamp(name):
@@ -348,5 +355,7 @@ def render_pages(paths):
 
 
 def pages():
-    """The README and every page of docs/ (docs/gpu-check/ holds the GPU check's own files, not pages)."""
-    return [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+    """The pages figures are rendered into: the README, CONTRIBUTING and every page of docs/ (docs/gpu-check/ holds
+    the GPU check's own files, not pages)."""
+    top = [os.path.join(ROOT, name) for name in ("README.md", "CONTRIBUTING.md")]
+    return [*top, *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
