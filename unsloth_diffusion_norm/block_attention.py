@@ -9,6 +9,7 @@ its module's `fused_flex_attention(q, k, v, block_mask=...)` with the block-diff
   at every (query, key) pair, as a boolean mask through SDPA. On a GPU the model's own FlexAttention runs.
 """
 
+import contextlib
 import sys
 
 import torch
@@ -116,3 +117,22 @@ def patches(model, model_config, paradigm, block_size):
                 )
             )
     return found
+
+
+@contextlib.contextmanager
+def bidirectional(model, model_config):
+    """The model with its bidirectional attention (the same weights) and mode for the duration, where it is in
+    `block_diff` mode: how its samples are decoded, block by block, as NVIDIA's generate runs the bidirectional
+    class. Put back as it was on the way out; a bidirectional model is left alone."""
+    own = getattr(model_config, config.PARADIGM_FIELD, None)
+    size = getattr(model_config, "block_size", None)  # (kept on the layers, for their block attention after)
+    switched = patches(model, model_config, config.BIDIRECTIONAL, size) if own == config.BLOCK_DIFF else []
+    done = []
+    try:
+        for patch in switched:
+            patch.apply()
+            done.append(patch)
+        yield model
+    finally:
+        for patch in reversed(done):
+            patch.revert()

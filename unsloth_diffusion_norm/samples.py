@@ -4,9 +4,13 @@ low-confidence remasking, written to `output_dir` and shown in TensorBoard (a te
 
 The decoder (`decode`) is greedy: at each of its steps the model scores the still-masked answer positions, and
 the most confident of them keep their argmax token, as many per step as LLaDA's schedule gives (the answer's
-length spread evenly over the steps, the remainder to the first). It draws nothing, so it reads no RNG, and it
-puts the model's mode back: a run with samples trains and evaluates bitwise as one without. Every rank decodes
-(a sharded model's forward needs them all); the main process writes.
+length spread evenly over the steps, the remainder to the first). Over the whole canvas at once, or block by block
+as NVIDIA's model generates (`block`): each block denoised with the earlier ones fixed and the later ones not yet
+in the sequence. A block-diffusion run's samples are decoded block by block at its block size, with the
+bidirectional attention of the same weights (`block_attention.bidirectional`: the class its generate runs), and
+say so. It draws nothing, so it reads no RNG, and it puts the model's mode back: a run with samples trains and
+evaluates bitwise as one without. Every rank decodes (a sharded model's forward needs them all); the main process
+writes.
 """
 
 import json
@@ -14,7 +18,7 @@ import os
 
 import torch
 
-from . import config
+from . import block_attention, block_diffusion, config, construction
 from .evaluation import global_rng_held
 
 STEPS = 32  # decoding steps per sample (fewer where the answer is shorter: one token a step at the least)
@@ -22,7 +26,12 @@ PROMPT_ANSWER = 64  # tokens decoded after a prompt of the run's own (an eval ex
 # fewer where the run's max_length or the model's positions end sooner
 FILE = "diffusion_samples.jsonl"  # in output_dir, one line per sample per evaluation
 TEXT_TAG = "eval/samples"  # TensorBoard's text tab, and the W&B table's key
-COLUMNS = ("step", "index", "prompt", "sample", "reference")  # the W&B table's
+COLUMNS = ("step", "index", "prompt", "sample", "reference", "decoding")  # the W&B table's
+
+
+def decoding_of(block):
+    """A row's words for how it was decoded."""
+    return "whole canvas" if block is None else f"block by block ({block} tokens)"
 
 
 def transfer_counts(length, steps):
@@ -31,27 +40,40 @@ def transfer_counts(length, steps):
     return [base + (1 if step < extra else 0) for step in range(steps)]
 
 
-def decode(model, prompt, length, mask_id, steps=STEPS, shift=False):
+def decode(model, prompt, length, mask_id, steps=STEPS, shift=False, block=None):
     """The answer of `length` tokens after `prompt` (a list of ids), decoded by greedy low-confidence remasking in
-    min(steps, length) steps; a list of ids. `shift`: position i's logits predict token i + 1."""
-    return decode_rows(model, [prompt], length, mask_id, steps, shift)[0]
+    min(steps, length) steps; a list of ids. `shift`: position i's logits predict token i + 1. `block`: block by
+    block, `block` tokens each (the last may be shorter), the steps spread over the blocks (one each at least)."""
+    return decode_rows(model, [prompt], length, mask_id, steps, shift, block)[0]
 
 
-def decode_rows(model, prompts, length, mask_id, steps=STEPS, shift=False):
+def blocks(length, block):
+    """[(first, end)] of the answer's blocks: one over the whole canvas where `block` is None."""
+    size = block or max(length, 1)
+    return [(first, min(first + size, length)) for first in range(0, length, size)]
+
+
+def decode_rows(model, prompts, length, mask_id, steps=STEPS, shift=False, block=None):
     """`decode` for prompts of one length at once, each row on its own (one forward per step for all of them)."""
     device = next(model.parameters()).device
-    tokens = torch.tensor([list(prompt) + [mask_id] * length for prompt in prompts], device=device)
+    tokens = torch.tensor([list(prompt) for prompt in prompts], dtype=torch.long, device=device)
     start = len(prompts[0])
-    still = torch.ones(len(prompts), length, dtype=torch.bool, device=device)  # (a decoded token may be the mask id)
-    for count in transfer_counts(length, max(1, min(steps, length))):
-        output = model(input_ids=tokens)
-        logits = (output.logits if hasattr(output, "logits") else output[0]).float()
-        if shift:
-            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
-        confidence, choice = logits[:, start:].softmax(dim=-1).max(dim=-1)
-        best = confidence.masked_fill(~still, -1.0).topk(count, dim=-1).indices  # (probabilities are >= 0)
-        tokens[:, start:] = tokens[:, start:].scatter(1, best, choice.gather(1, best))
-        still.scatter_(1, best, False)
+    spans = blocks(length, block)
+    shares = transfer_counts(max(steps, len(spans)), len(spans)) if spans else []
+    for (first, end), block_steps in zip(spans, shares):
+        width = end - first  # the block's masks appended: the later blocks are not in the sequence yet
+        tokens = torch.cat([tokens, torch.full((len(prompts), width), mask_id, dtype=torch.long, device=device)], 1)
+        at = start + first
+        still = torch.ones(len(prompts), width, dtype=torch.bool, device=device)  # (a decoded token may be the mask)
+        for count in transfer_counts(width, max(1, min(block_steps, width))):
+            output = model(input_ids=tokens)
+            logits = (output.logits if hasattr(output, "logits") else output[0]).float()
+            if shift:
+                logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+            confidence, choice = logits[:, at:].softmax(dim=-1).max(dim=-1)
+            best = confidence.masked_fill(~still, -1.0).topk(count, dim=-1).indices  # (probabilities are >= 0)
+            tokens[:, at:] = tokens[:, at:].scatter(1, best, choice.gather(1, best))
+            still.scatter_(1, best, False)
     return tokens[:, start:].tolist()
 
 
@@ -130,14 +152,17 @@ def samples_of(trainer):
     else:
         asked = prompts(trainer.eval_dataset, config.EVAL_SAMPLES.of(args))
     mask_id, _ = profile._token_ids(model, args)
+    model_config = construction.model_config(model)
+    run_block = block_diffusion.of_config(model_config, args)
+    block = run_block.block_size if run_block is not None else None
     was_training = model.training
     model.eval()
     rows = []
     try:
-        with torch.no_grad(), global_rng_held(args.device):
+        with torch.no_grad(), global_rng_held(args.device), block_attention.bidirectional(model, model_config):
             for index, (prompt, reference) in enumerate(asked):
                 length = _room(model, args, prompt) if reference is None else len(reference)
-                tokens = decode(model, prompt, length, mask_id, STEPS, profile.shift_logits) if length else []
+                tokens = decode(model, prompt, length, mask_id, STEPS, profile.shift_logits, block) if length else []
                 rows.append(
                     {
                         "index": index,
@@ -145,6 +170,7 @@ def samples_of(trainer):
                         "sample": tokenizer.decode(tokens),
                         "reference": None if reference is None else tokenizer.decode(reference),
                         "tokens": tokens,
+                        "decoding": decoding_of(block),
                     }
                 )
     finally:
@@ -165,6 +191,9 @@ def _room(model, args, prompt):
 def table(rows):
     """The samples as a Markdown table (TensorBoard renders it in its text tab)."""
     cell = lambda text: (text or "").replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| # | prompt | sample | reference |", "|---|---|---|---|"]
-    lines += [f"| {r['index']} | {cell(r['prompt'])} | {cell(r['sample'])} | {cell(r['reference'])} |" for r in rows]
+    lines = ["| # | prompt | sample | reference | decoding |", "|---|---|---|---|---|"]
+    lines += [
+        f"| {r['index']} | {cell(r['prompt'])} | {cell(r['sample'])} | {cell(r['reference'])} | {r.get('decoding')} |"
+        for r in rows
+    ]
     return "\n".join(lines)

@@ -4,6 +4,7 @@ gradient, the parameters after the step); the release alone misses it; a run tha
 not combine with, or a paradigm the plugin does not train, is refused in one line."""
 
 import contextlib
+import functools
 import os
 import sys
 
@@ -139,6 +140,42 @@ def test_the_flag_trains_a_checkpoint_shipped_bidirectional_in_nvidias_mode_wher
     with unsloth_diffusion_norm.unpatched():
         assert run.trainer.model.config.dlm_paradigm == "bidirectional"
         assert {type(m).__name__ for m in layers} == {"Attention"}
+
+
+@pytest.mark.parametrize("how", ["block_diff checkpoint", "the flag"])
+def test_a_block_diffusion_runs_samples_are_decoded_block_by_block_and_say_so(how, plugin, tmp_path):
+    """The samples at each evaluation of a block_diff run (the checkpoint's mode, or the flag's on a checkpoint
+    shipped bidirectional) are the oracle's block-by-block decode of the weights at that step, with bidirectional
+    attention of the same weights (its class's generate runs it), not the whole canvas's; the run's attention is
+    block diffusion's again after them, and the run evaluates as it does without samples."""
+    import json
+
+    from unsloth_diffusion_norm import samples
+
+    spec = dict(
+        checkpoint=checkpoint() if how == "block_diff checkpoint" else checkpoint("bidirectional"),
+        **({} if how == "block_diff checkpoint" else dict(diffusion_paradigm="block_diff")),
+        eval_examples=mixed_answers(4)[2:],  # answers of 8 and 10 tokens with their EOS: two and three blocks
+        eval_strategy="steps",
+        eval_steps=1,
+        max_steps=1,
+        learning_rate=1e-3,  # (the model's answers still vary with their context)
+    )
+    run = experiment.train(mixed_answers(4), **spec, diffusion_eval_samples=2, output_dir=str(tmp_path))
+    plain = experiment.train(mixed_answers(4), **spec)
+    evaluations = lambda r: [h["eval_loss"] for h in r.trainer.state.log_history if "eval_loss" in h]  # noqa: E731
+    assert evaluations(run) == evaluations(plain) and experiment.divergence(run, plain) == 0.0
+    lines = [json.loads(line) for line in (tmp_path / samples.FILE).read_text().splitlines()]
+    run.reference_model.load_state_dict(run.trainer.model.state_dict())
+    canvas = []
+    for line, example in zip(lines, mixed_answers(4)[2:]):
+        decode = functools.partial(
+            oracle.low_confidence_decode, run.reference_model, example.prompt, len(example.answer) + 1
+        )
+        assert line["decoding"] == f"block by block ({BLOCK} tokens)"
+        assert line["tokens"] == decode(fixtures.MASK_ID, samples.STEPS, block=BLOCK), line
+        canvas.append(decode(fixtures.MASK_ID, samples.STEPS))
+    assert [line["tokens"] for line in lines] != canvas  # (what decoding the whole canvas would have given)
 
 
 def test_the_flag_trains_a_block_diff_checkpoint_bidirectionally_the_other_way_round(plugin):

@@ -508,7 +508,8 @@ def test_samples_at_each_evaluation_are_the_oracles_decode_and_change_nothing(tm
 def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_the_forward_returns(plugin):
     """samples.decode against the oracle's low-confidence remasking (written apart) on the tiny model's random
     weights: its defaults (unshifted), Dream's shifted logits, one step for many tokens, one token, a batch of
-    rows, and a forward that returns a plain tuple (as some remote code does)."""
+    rows, a forward that returns a plain tuple (as some remote code does), and block by block (NVIDIA's order:
+    blocks shorter than the answer, fewer steps than blocks, one block, a block past the answer)."""
     from transformers.modeling_outputs import MaskedLMOutput
 
     from unsloth_diffusion_norm import samples
@@ -543,8 +544,15 @@ def test_the_decoder_is_the_oracles_shifted_or_not_in_one_step_or_many_whatever_
             assert samples.decode(model, prompt, length, MASK_ID, steps) == expected(length, steps), (length, steps)
         assert samples.decode(Plain(model), prompt, 9, MASK_ID) == expected(9)
         assert samples.decode(LossFirst(model), prompt, 9, MASK_ID) == expected(9)
+        for length, steps, block in ((9, samples.STEPS, 4), (9, 2, 4), (9, 5, 2), (9, samples.STEPS, 9), (3, 8, 4)):
+            found = samples.decode(model, prompt, length, MASK_ID, steps, block=block)
+            assert found == oracle.low_confidence_decode(model, prompt, length, MASK_ID, steps, block=block), block
+        assert samples.decode(model, prompt, 9, MASK_ID, block=4) != expected(9)  # (the later blocks unseen)
+        blocked = samples.decode_rows(model, given, 9, MASK_ID, samples.STEPS, True, 4)
+        assert blocked == [oracle.low_confidence_decode(model, p, 9, MASK_ID, samples.STEPS, True, 4) for p in given]
         with torch.device("meta"):  # a default device other than the model's, as on a GPU: nothing may land there
             assert samples.decode_rows(model, given, 9, MASK_ID, samples.STEPS, True) == rows
+            assert samples.decode_rows(model, given, 9, MASK_ID, samples.STEPS, True, 4) == blocked
 
 
 def test_the_samples_prompts_are_the_first_rows_cut_where_each_is_supervised(plugin):

@@ -478,7 +478,7 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
         assert seen == [(entry["step"], pytest.approx(entry["eval_masked_token_accuracy"])) for entry in evaluations]
         # the samples as a table in TensorBoard's text tab, at each evaluation
         texts = board.Tensors("eval/samples/text_summary")
-        assert [e.step for e in texts] == [1, 2] and b"| # | prompt | sample | reference |" in texts[
+        assert [e.step for e in texts] == [1, 2] and b"| # | prompt | sample | reference | decoding |" in texts[
             0
         ].tensor_proto.string_val[0]
     # the samples file: the first two eval examples decoded at each evaluation, with the step
@@ -499,7 +499,7 @@ def test_example_script_trains_from_its_sample_yaml_with_flags_from_the_command_
             (2, "table-file", 2),
         ]
         saved = json.loads((run.parent / "files" / tables[-1]["eval/samples/path"]).read_text())
-        assert saved["columns"] == ["step", "index", "prompt", "sample", "reference"]
+        assert saved["columns"] == ["step", "index", "prompt", "sample", "reference", "decoding"]
         assert saved["data"] == [[line[name] for name in saved["columns"]] for line in lines[2:]]
 
 

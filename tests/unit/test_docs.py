@@ -164,8 +164,8 @@ def test_the_version_is_one_in_the_package_the_changelog_and_the_readme():
     assert "## Unreleased" not in changelog
 
 
-def test_the_fuzzers_ci_share_in_verification_is_the_suites():
-    """docs/verification.md states how many random examples each CI leg draws: the defaults the tests read."""
+def test_the_fuzzers_ci_share_in_contributing_is_the_suites():
+    """CONTRIBUTING.md states how many random examples each CI leg draws: the defaults the tests read."""
 
     def default(path, variable):
         (value,) = re.findall(rf'"{variable}", "(\d+)"', (ROOT / "tests" / "integration" / path).read_text())
@@ -175,6 +175,6 @@ def test_the_fuzzers_ci_share_in_verification_is_the_suites():
     bad = 2 * default("test_fuzz.py", "UDN_FUZZ_BAD_INPUTS")  # (flag values, and command lines)
     family = default("test_own_model.py", "UDN_FUZZ_FAMILY_CONFIGURATIONS")
     ranks = default("multiprocess/test_data_parallel.py", "UDN_FUZZ_RANK_CASES")
-    text = " ".join((DOCS / "verification.md").read_text().split())
+    text = " ".join((ROOT / "CONTRIBUTING.md").read_text().split())
     assert f"{configurations} configurations and {bad} bad inputs in make test and on the matrix's stacks" in text
     assert f"{family} configurations of each family" in text and f"{ranks} two-rank cases" in text

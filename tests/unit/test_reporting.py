@@ -94,15 +94,16 @@ def test_doctor_says_whether_the_run_a_config_describes_is_affected_and_why():
 
 def test_the_samples_table_is_markdown_word_for_word():
     """samples.table, what TensorBoard's text tab shows: a row per sample, a pipe in a cell escaped, a line break
-    a space, nothing (a missing reference) an empty cell."""
+    a space, nothing (a missing reference) an empty cell; how each row was decoded."""
     from unsloth_diffusion_norm import samples
 
     rows = [
-        {"index": 0, "prompt": "a|b", "sample": "one\ntwo", "reference": None},
-        {"index": 7, "prompt": "", "sample": None, "reference": "r"},
+        {"index": 0, "prompt": "a|b", "sample": "one\ntwo", "reference": None, "decoding": samples.decoding_of(None)},
+        {"index": 7, "prompt": "", "sample": None, "reference": "r", "decoding": samples.decoding_of(32)},
     ]
     assert samples.table(rows) == (
-        "| # | prompt | sample | reference |\n|---|---|---|---|\n| 0 | a\\|b | one two |  |\n| 7 |  |  | r |"
+        "| # | prompt | sample | reference | decoding |\n|---|---|---|---|---|\n"
+        "| 0 | a\\|b | one two |  | whole canvas |\n| 7 |  |  | r | block by block (32 tokens) |"
     )
 
 

@@ -399,25 +399,57 @@ def evaluation_scores(model, masks, mask_id, shift=False, buckets=5):
     return (hit / total if total else None), losses
 
 
-def low_confidence_decode(model, prompt, length, mask_id, steps, shift=False):
+def low_confidence_decode(model, prompt, length, mask_id, steps, shift=False, block=None):
     """LLaDA's greedy low-confidence remasking, written from its paper and GUIDELINES (not from the plugin): the
     answer starts all [MASK]; min(steps, length) steps unmask length // steps tokens each, one more in the first
     length % steps; each step the model scores the sequence and the still-masked positions whose top softmax
-    probability is highest take their argmax token. The answer's token ids."""
+    probability is highest take their argmax token. The answer's token ids.
+
+    `block`: in the order of NVIDIA's `generate`: the answer's blocks of `block` tokens left to right, each
+    appended as [MASK]s to what is decoded so far (nothing after it) and unmasked as above in its share of the
+    steps (spread evenly over the blocks, one each at least). A model built in block-diffusion mode is scored with
+    bidirectional attention computed here (`decoding_scores`)."""
+    if block is None:
+        return _remask(model, list(prompt), length, mask_id, steps, shift)
+    sizes = [min(block, length - first) for first in range(0, length, block)]
+    total = max(steps, len(sizes))
+    answer = []
+    for i, size in enumerate(sizes):
+        share = total // len(sizes) + (1 if i < total % len(sizes) else 0)
+        answer += _remask(model, list(prompt) + answer, size, mask_id, share, shift)
+    return answer
+
+
+def _remask(model, context, length, mask_id, steps, shift):
+    """`length` tokens after `context`, decoded by low-confidence remasking in min(steps, length) steps."""
     steps = max(1, min(steps, length))
     schedule = [length // steps + (1 if s < length % steps else 0) for s in range(steps)]
     answer = [None] * length
     device = next(model.parameters()).device
     with torch.no_grad():
         for take in schedule:
-            ids = list(prompt) + [mask_id if token is None else token for token in answer]
-            logits = scores(model, torch.tensor([ids], device=device), shift)[0]
+            ids = context + [mask_id if token is None else token for token in answer]
+            logits = decoding_scores(model, torch.tensor([ids], device=device), shift)[0]
             probabilities = F.softmax(logits, dim=-1)
             open_positions = [i for i, token in enumerate(answer) if token is None]
-            ranked = sorted(open_positions, key=lambda i: -probabilities[len(prompt) + i].max().item())
+            ranked = sorted(open_positions, key=lambda i: -probabilities[len(context) + i].max().item())
             for i in ranked[:take]:
-                answer[i] = int(probabilities[len(prompt) + i].argmax())
+                answer[i] = int(probabilities[len(context) + i].argmax())
     return answer
+
+
+def decoding_scores(model, input_ids, shift=False):
+    """What a decoder reads: the model's logits (`scores`), or for a model built in block-diffusion mode its
+    weights under bidirectional attention computed here (every token sees every token: the class NVIDIA's generate
+    runs), whichever attention class its layers have now."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "dlm_paradigm", None) != "block_diff":
+        return scores(model, input_ids, shift)
+    length = input_ids.shape[1]
+    sees = torch.ones(length, length, dtype=torch.bool, device=input_ids.device)
+    hidden = _backbone(base.model, input_ids, torch.arange(length, device=input_ids.device), sees)
+    logits = base.get_output_embeddings()(hidden).float()
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
 
 
 METRIC_NAMES = ("window_masked_tokens", "noise_level_mean", "noise_level_std", "moved_weight_share")
