@@ -10,7 +10,7 @@ UV := VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv
 # CPU-only hosts need this for `import unsloth`; set here for our runs only, never by the plugin.
 RUN := UNSLOTH_ALLOW_CPU=1
 
-.PHONY: setup reproduce test test-fast test-archive lint dist wheel-check docs-outputs matrix mutation convergence registered replicate fuzz clean
+.PHONY: setup reproduce test test-fast test-archive lint dist wheel-check docs-outputs matrix mutation convergence registered replicate block-study block-replicate fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -115,6 +115,16 @@ registered: setup
 replicate: setup
 	$(RUN) $(BIN)/python scripts/convergence.py --registered --replicate 24 \
 		--add-to docs/convergence-replication.json --minutes $(REGISTERED_MINUTES)
+
+# The registered block-diffusion study (docs/convergence.md, Part 4): each run adds whole seeds (both modes) to
+# docs/convergence-block.json for REGISTERED_MINUTES; run it again until it has 24 seeds. block-replicate: the same
+# on fresh seeds (2000-2023). Write records/convergence-block.json and records/convergence-block-replication.json.
+block-study: setup
+	$(RUN) $(BIN)/python scripts/convergence.py --block-study --add-to docs/convergence-block.json \
+		--minutes $(REGISTERED_MINUTES)
+block-replicate: setup
+	$(RUN) $(BIN)/python scripts/convergence.py --block-study --replicate 2000 \
+		--add-to docs/convergence-block-replication.json --minutes $(REGISTERED_MINUTES)
 
 # The fuzzer (tests/integration/test_fuzz.py, whose bounded share every `make test` and matrix leg runs) for
 # FUZZ_MINUTES: rounds of fresh random configurations against the oracle and random bad input; prints the counts.

@@ -167,3 +167,14 @@ def test_the_registered_study_grows_by_whole_seeds_and_tests_nothing_before_its_
     assert json.loads((tmp_path / "registered.json").read_text()) == json.loads(json.dumps(found))
     with pytest.raises(console.Failure, match="holds the study at other settings"):
         registered.grow(path, dataclasses.replace(settings, steps=6), str(tmp_path), 1e-6, lambda _: None)
+
+
+def test_quick_block_study_trains_both_terms_and_decodes_block_by_block(plugin, capsys):
+    """The block-diffusion study's quick form (one seed, a few steps, both arms through the real trainer): its
+    checks hold (the block arm's loss alpha · diffusion + AR, the other arm neither term, the held-out answers
+    decoded block by block not the whole canvas's); each check fails on its planted defect
+    (tests/unit/test_convergence_statistics.py)."""
+    from unsloth_diffusion_norm.tools import convergence
+
+    assert convergence.main(["--block-study", "--quick"]) == 0
+    assert "quick form: every check holds" in capsys.readouterr().out

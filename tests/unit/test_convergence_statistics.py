@@ -142,8 +142,11 @@ def test_part3_report_pairs_complete_seeds_and_holds_unsloths_own_fix_to_the_win
         (["--part", "3", "--add-to", "x.json", "--minutes", "-1"], "argument --minutes: a number of minutes above 0"),
         (["--part", "4"], "argument --part: invalid choice: 4"),
         (["--gpu", "--part", "1"], "--gpu is Part 2's or Part 3's preset: leave out --part 1"),
-        (["--registered", "--replicate", "24"], "--replicate runs the registered study on fresh seeds: give"),
+        (["--registered", "--replicate", "24"], "--replicate runs a registered study on fresh seeds: give"),
         (["--registered", "--replicate", "7", "--add-to", "x.json"], "seeds 0-23 are the registered ones: give 24"),
+        (["--block-study", "--part", "3"], "--block-study is its own study: leave out --registered, --part"),
+        (["--block-study", "--replicate", "1010", "--add-to", "x.json"], "seeds 1010-1033 meet the registered"),
+        (["--block-study", "--replicate", "2000"], "--replicate runs a registered study on fresh seeds: give"),
     ],
 )
 def test_part3_flags_refused_in_one_line(argv, says, capsys):
@@ -325,3 +328,45 @@ def test_the_registered_analysis_counts_a_run_that_never_learned_as_later_and_te
     again = registered.render(study(24, first=24))
     assert again.startswith("Replication on fresh seeds 24–47: 24 seeds") and "sooner" in again
     assert registered.render(study(3, first=100)).startswith("Replication on fresh seeds 100–123, progress: 3 of 24")
+
+
+def test_the_block_diffusion_study_tests_block_decoding_only_at_24_seeds_and_labels_a_replication():
+    """The registered block-diffusion study's analysis: steps to 50 % censored, the sign test block_diff against
+    bidirectional under block-by-block decoding (primary) and over the whole canvas (secondary), the test and its
+    verdict only at 24 seeds; fresh seeds for a replication, its table titled one; the quick form's checks."""
+    from unsloth_diffusion_norm.tools.convergence import block_study as study
+
+    def run(seed, block_at, canvas_at, seconds):
+        curve = [(0, 0.0, 0.0), (50, float(block_at == 50), float(canvas_at == 50)), (100, 1.0, 1.0)]
+        measured = [(s, {"accuracy": a, "canvas_accuracy": c}) for s, a, c in curve]
+        return {"seed": seed, "measured": measured, "seconds": seconds}
+
+    def found(seeds, first=study.FIRST):
+        runs = {
+            study.BLOCK_DIFF: [run(s, 50, 100, 2.0) for s in range(first, first + seeds)],
+            study.BIDIRECTIONAL: [run(s, 100, 100, 1.0) for s in range(first, first + seeds)],
+        }
+        settings = {"steps": 100, "every": 50, "seeds": list(range(first, first + study.SEEDS))}
+        return {"settings": settings, "runs": runs}
+
+    early = study.analysis(found(23))
+    assert not early["registered"] and not early["decodings"]["block"]["test"]["significant"]
+    assert study.render(found(23)).startswith("Block-diffusion study (seeds 1000–1023), progress: 23 of 24 seeds")
+    result = study.analysis(found(24))
+    block, canvas = result["decodings"]["block"], result["decodings"]["canvas"]
+    assert block["test"] == {"earlier": 24, "later": 0, "ties": 0, "p": pytest.approx(2 / 2**24), "significant": True}
+    assert canvas["test"]["ties"] == 24 and "significant" not in canvas["test"]
+    assert block["median_difference"]["mean"] == -50 and result["seconds_ratio"] == pytest.approx(2.0)
+    assert "learns the task sooner than the one trained bidirectionally" in study.render(found(24))
+    assert study.render(found(24, first=2000)).startswith("Replication (seeds 2000–2023): 24 seeds")
+    assert study.fresh(2000) is None and "meet the registered seeds" in study.fresh(990)
+    # the quick form's checks: both terms in the block arm's loss, none in the other, block decoding not the canvas's
+    step0 = {"decoded": "a", "canvas_decoded": "b"}
+    runs = {
+        study.BLOCK_DIFF: [{"terms": [(2.0, 1.0)], "loss": study.ALPHA * 2.0 + 1.0, "measured": [(0, step0)]}],
+        study.BIDIRECTIONAL: [{"terms": [(None, None)], "loss": 3.0, "measured": [(0, step0)]}],
+    }
+    assert study.check(runs) == []
+    runs[study.BLOCK_DIFF][0]["loss"] = study.ALPHA * 2.0  # the AR term dropped
+    runs[study.BIDIRECTIONAL][0]["measured"] = [(0, {"decoded": "a", "canvas_decoded": "a"})]  # the canvas decoded
+    assert [line.split(":")[0] for line in study.check(runs)] == [study.BLOCK_DIFF, study.BIDIRECTIONAL]

@@ -224,12 +224,21 @@ def _parser():
         "seeds and print the registered table (the tests only once every registered seed has run)",
     )
     add(
+        "--block-study",
+        action="store_true",
+        help="the registered block-diffusion study (NVIDIA's training mode against bidirectional training on Part "
+        "3's task, decoded block by block and over the whole canvas, 24 seeds): alone, print its design and power; "
+        "with --add-to FILE, grow its results file by whole seeds and print its table; with --quick, its quick "
+        "form and checks (exit 1 when one fails)",
+    )
+    add(
         "--replicate",
         type=_fresh_seed,
         metavar="FIRST",
-        help="with --registered --add-to FILE: the registered study again on 24 fresh seeds from FIRST on (24 or "
-        "more: 0-23 are the registered ones), its table labelled a replication; how to check the verdict on "
-        "another machine, where the registered runs need not reproduce bitwise",
+        help="with --registered or --block-study, and --add-to FILE: the study again on 24 fresh seeds from FIRST "
+        "on (24 or more, and none of 1000-1023 for --block-study: its registered ones), its table labelled a "
+        "replication; how to check the verdict on another machine, where the registered runs need not reproduce "
+        "bitwise",
     )
     add(
         "--gpu",
@@ -301,8 +310,18 @@ def _refuse(parser, args, parts):
         parser.error("--gpu is Part 2's or Part 3's preset: leave out --part 1")
     if args.registered and (args.part or args.quick or args.seeds or args.native or args.arms or args.json):
         parser.error("--registered is its own study: leave out --part, --quick, --seeds, --native, --arms, --json")
-    if args.replicate is not None and not (args.registered and args.add_to):
-        parser.error("--replicate runs the registered study on fresh seeds: give --registered and --add-to FILE")
+    if args.block_study and (args.registered or args.part or args.seeds or args.native or args.arms or args.json):
+        parser.error(
+            "--block-study is its own study: leave out --registered, --part, --seeds, --native, --arms, --json"
+        )
+    if args.block_study and args.gpu:
+        parser.error("--block-study runs on the CPU (its stand-in for FlexAttention): leave out --gpu")
+    if args.replicate is not None and not ((args.registered or args.block_study) and args.add_to):
+        parser.error(
+            "--replicate runs a registered study on fresh seeds: give --registered or --block-study, and --add-to FILE"
+        )
+    if args.replicate is not None and args.block_study and (why := _block_study_module().fresh(args.replicate)):
+        parser.error(f"argument --replicate: {why}")
     if args.add_to and parts != (3,) and not args.registered:
         parser.error("--add-to grows a Part 3 results file: give --part 3 (or --registered)")
     if args.add_to and (args.json or args.quick or args.seeds or args.native):
@@ -358,6 +377,37 @@ def _grow(args, third, state, workdir, say, command):
     return 0
 
 
+def _block_study_module():
+    from . import block_study
+
+    return block_study
+
+
+def _block_study(args, workdir, say, command):
+    """--block-study: its quick form and checks (exit 1 when one fails), or a chunk of its results file."""
+    from .. import records
+    from . import block_study, figures
+
+    if args.quick:
+        settings, (seed,) = block_study.QUICK, block_study.QUICK.seeds
+        runs = {arm: [block_study.train_arm(settings, seed, arm, workdir)] for arm in block_study.ARMS}
+        for arm, (run,) in runs.items():
+            last = run["measured"][-1][1]
+            say(f"{arm}: exact match {last['accuracy']:.3f} block by block, {last['canvas_accuracy']:.3f} whole")
+        wrong = block_study.check(runs)
+        print("\n".join(wrong) if wrong else "block-diffusion study, quick form: every check holds")
+        return console.FAILED if wrong else 0
+    settings = block_study.SETTINGS
+    if args.replicate is not None:
+        settings = block_study.replication(settings, args.replicate)
+    workers = args.workers or os.cpu_count() or 1
+    found = block_study.grow(args.add_to, settings, workdir, args.minutes, say, workers, "CPU", records.head())
+    print(block_study.render(found))
+    if found["chunks"]:
+        figures.write_registered(found, args.add_to, args.record, command, block_study)
+    return 0
+
+
 def main(argv=None):
     """The command line (scripts/convergence.py): the tables on stdout, progress on stderr; --json FILE or
     --json alone (JSON on stdout instead of the tables), --plot FILE. Exit 0 when Part 1 holds (or did not
@@ -372,6 +422,9 @@ def main(argv=None):
 
         print(registered.plan())
         return 0
+    if args.block_study and not (args.add_to or args.quick):
+        print(_block_study_module().plan())
+        return 0
     try:
         if args.plot and not console.can_plot():
             raise console.Failure(console.NO_PLOT)
@@ -385,6 +438,8 @@ def main(argv=None):
 
             state = activation.status()
             progress.say(f"Unsloth {state.unsloth_version} ({state.mode})")
+            if args.block_study:
+                return _block_study(args, workdir, progress.say, command)
             first, second, third = _settings(args, parts)
             if args.add_to:
                 return _grow(args, third, state, workdir, progress.say, command)

@@ -216,14 +216,14 @@ def write(result, name, command, **where):
 __all__ = ["WINDOW", "default_name", "key", "records_of", "tables", "write"]
 
 
-def write_registered(found, path, name, command):
-    """The registered study's record: its analysis (at the registered seed count, its tests) and its table."""
+def write_registered(found, path, name, command, study=None):
+    """A registered study's record (`study`: its module, by default the accuracy study's, `registered`): its
+    analysis (at the registered seed count, its tests) and its table."""
     from .. import records
     from . import registered
 
+    study = study or registered
     name = default_name(path) if name is None else name
     if name:
-        records.write(
-            name, command, registered.analysis(found), covers=COVERS, tables={"report": registered.render(found)}
-        )
+        records.write(name, command, study.analysis(found), covers=COVERS, tables={"report": study.render(found)})
         print(f"records: records/{name}.json", file=sys.stderr)

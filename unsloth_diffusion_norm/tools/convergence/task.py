@@ -74,12 +74,15 @@ def _bin(length):
 class Accuracy:
     """runs.train's held_out: exact-match accuracy of the held-out items, decoded with the package's decoder,
     overall and by answer length, and apart from them the palindromes' (`apart`); beside it the held-out objective
-    (Part 2's, under keyed draws that hold still)."""
+    (Part 2's, under keyed draws that hold still). `block`: decoded block by block at that size (a block-diffusion
+    run's model with the bidirectional attention of its weights, as its samples are), and with `canvas` also over
+    the whole canvas (`canvas_accuracy`)."""
 
-    def __init__(self, held, draws, apart=()):
+    def __init__(self, held, draws, apart=(), block=None, canvas=False):
         from .heldout import HeldOut
 
         self.held, self.apart, self.objective = held, list(apart), HeldOut(draws)
+        self.block, self.canvas = block, canvas
 
     def bind(self, trainer):
         self.tokenizer = trainer.processing_class
@@ -88,31 +91,48 @@ class Accuracy:
         return self
 
     def measure(self, model):
+        hits, apart, tokens = self._decoded(model, self.block)
+        every = [hit for part in hits for hit in part]
+        found = {
+            "accuracy": sum(every) / len(every),
+            "by_length": [sum(p) / len(p) if p else None for p in hits],
+            "palindromes": sum(apart) / len(apart) if apart else None,
+        }
+        if self.block is not None:  # (what was decoded, as a fingerprint: the two decodings told apart)
+            found["decoded"] = _fingerprint(tokens)
+        if self.block is not None and self.canvas:
+            whole, _, tokens = self._decoded(model, None)
+            found.update(canvas_accuracy=sum(h for part in whole for h in part) / len(every))
+            found["canvas_decoded"] = _fingerprint(tokens)
+        return {**found, "objective": self.objective.measure(model)["objective"]}
+
+    def _decoded(self, model, block):
+        """(hits by answer-length bin, the palindromes' hits, every decoded row) of the held-out items."""
         import torch
 
+        from ... import block_attention, construction
         from ...samples import decode_rows
 
-        was_training, hits, apart, groups = model.training, [[] for _ in BINS], [], {}
+        was_training, hits, apart, groups, tokens = model.training, [[] for _ in BINS], [], {}, []
         for sequence in self.held + self.apart:  # (decoded together: the sequences of one length)
             wanted = self.tokenizer(" " + _words(answer(sequence)))["input_ids"] + [self.tokenizer.eos_token_id]
             given = self.tokenizer(prompt(sequence))["input_ids"]
             groups.setdefault((len(given), len(wanted)), []).append((sequence, given, wanted))
         model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), block_attention.bidirectional(model, construction.model_config(model)):
                 for (_, length), group in sorted(groups.items()):
-                    got = decode_rows(model, [given for _, given, _ in group], length, self.mask_id)
+                    got = decode_rows(model, [given for _, given, _ in group], length, self.mask_id, block=block)
+                    tokens += got
                     for (sequence, _, wanted), row in zip(group, got):
                         (apart if palindrome(sequence) else hits[_bin(len(sequence))]).append(row == wanted)
         finally:
             model.train(was_training)
-        every = [hit for part in hits for hit in part]
-        return {
-            "accuracy": sum(every) / len(every),
-            "by_length": [sum(p) / len(p) if p else None for p in hits],
-            "palindromes": sum(apart) / len(apart) if apart else None,
-            "objective": self.objective.measure(model)["objective"],
-        }
+        return hits, apart, tokens
+
+
+def _fingerprint(rows):
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
 
 
 def checkpoint(where, settings, seed):
@@ -179,18 +199,19 @@ def _start_worker():
 
 
 @contextlib.contextmanager
-def trainers(workers):
-    """train(jobs): each job's run (`train_arm(*job)`), in the jobs' order as they finish; here with one worker,
-    else in `workers` spawned processes that import the plugin, then Unsloth, as users do."""
+def trainers(workers, function=None):
+    """train(jobs): each job's run (`function(*job)`, by default `train_arm`), in the jobs' order as they finish;
+    here with one worker, else in `workers` spawned processes that import the plugin, then Unsloth, as users do."""
+    function = function or train_arm
     if workers <= 1:
-        yield lambda jobs: (train_arm(*job) for job in jobs)
+        yield lambda jobs: (function(*job) for job in jobs)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker)
     try:
-        yield lambda jobs: pool.map(train_arm, *zip(*jobs)) if jobs else iter(())
+        yield lambda jobs: pool.map(function, *zip(*jobs)) if jobs else iter(())
     finally:
         pool.shutdown(cancel_futures=True)
 
