@@ -322,8 +322,8 @@ def _refuse(parser, args, parts):
         )
     if args.replicate is not None and args.block_study and (why := _block_study_module().fresh(args.replicate)):
         parser.error(f"argument --replicate: {why}")
-    if args.add_to and parts != (3,) and not args.registered:
-        parser.error("--add-to grows a Part 3 results file: give --part 3 (or --registered)")
+    if args.add_to and parts != (3,) and not (args.registered or args.block_study):
+        parser.error("--add-to grows a Part 3 results file: give --part 3 (or --registered, or --block-study)")
     if args.add_to and (args.json or args.quick or args.seeds or args.native):
         parser.error("--add-to writes its own file: leave out --json, --quick, --seeds and --native")
     if args.native is not None and not any(f"part{p}" in args.native for p in parts):
