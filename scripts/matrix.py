@@ -340,7 +340,19 @@ def test(leg, where, log):
     tier += [("--deselect=" if "::" in path else "--ignore=") + path for path in leg.leaves_out]
     workers = ["-n", os.environ.get("WORKERS", "2"), "--dist", leg.dist]  # as `make test` runs the suite
     code = run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *tier, f"--junitxml={junit}", *leg.paths],
+        [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=5",
+            *workers,
+            *tier,
+            f"--junitxml={junit}",
+            *leg.paths,
+        ],
         log,
         env=env,
         cwd=ROOT,
