@@ -37,7 +37,10 @@ def load_data(script_args, split=None):
         dataset = load_from_disk(name)
     else:
         dataset = load_dataset(name, getattr(script_args, "dataset_config", None), streaming=streaming)
-    return dataset[split or script_args.dataset_train_split]
+    split = split or script_args.dataset_train_split
+    if split not in dataset:  # (a one-file JSON set has a train split alone: say which to name)
+        sys.exit(f"train.py: {name} has no split {split!r}; it has {', '.join(dataset)} (dataset_test_split names one)")
+    return dataset[split]
 
 
 def main(script_args, training_args, model_args):
