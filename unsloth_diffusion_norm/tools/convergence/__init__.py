@@ -350,16 +350,15 @@ def _settings(args, parts):
 
 def _grow(args, third, state, workdir, say, command):
     """--add-to: a chunk of Part 3's results file or of the registered study's; prints its table, writes its record."""
+    from .. import records
     from . import figures, registered, task
 
-    device = _device_name() if args.gpu else "CPU"
+    device = _device_name() if args.gpu else records.machine()  # (a chunk's results name where they ran)
     if args.registered:
         settings = registered.GPU if args.gpu else registered.SETTINGS
         if args.replicate is not None:
             settings = registered.replication(settings, args.replicate)
         workers = args.workers or (1 if args.gpu else os.cpu_count() or 1)
-        from .. import records
-
         before = 0
         if os.path.exists(args.add_to):
             with open(args.add_to) as f:
@@ -401,7 +400,9 @@ def _block_study(args, workdir, say, command):
     if args.replicate is not None:
         settings = block_study.replication(settings, args.replicate)
     workers = args.workers or os.cpu_count() or 1
-    found = block_study.grow(args.add_to, settings, workdir, args.minutes, say, workers, "CPU", records.head())
+    found = block_study.grow(
+        args.add_to, settings, workdir, args.minutes, say, workers, records.machine(), records.head()
+    )
     print(block_study.render(found))
     if found["chunks"]:
         figures.write_registered(found, args.add_to, args.record, command, block_study)
