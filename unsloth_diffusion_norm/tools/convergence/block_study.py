@@ -10,7 +10,7 @@ import dataclasses
 import os
 
 from . import task
-from .runs import WINDOW, Arm, shape, train
+from .runs import WINDOW, Arm, shape
 
 BLOCK = 4  # tokens per block: most of the task's answers span several
 ALPHA = 0.3  # the AR term's weight: NVIDIA's recipe's and the flag's default
@@ -38,46 +38,12 @@ def checkpoint(where, settings, seed):
 
 
 def train_arm(settings, seed, name, workdir):
-    """One arm of one seed at one CPU thread: {seed, seconds, measured, digest, early, loss}, its held-out items
-    measured every `settings.every` steps decoded block by block (`accuracy`) and over the whole canvas
-    (`canvas_accuracy`)."""
-    import torch
-    from datasets import Dataset
-
-    from .reversal import held_out, rows, sequences
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        where = os.path.join(workdir, f"{name}-{seed}")
-        train_rows = Dataset.from_list(rows(sequences(1, settings.train_rows, held=False)))
-        held, palindromes = held_out(2, settings.held_rows)
-        arm = Arm(name, settings.batch, settings.ga, WINDOW, seed=seed, flags=FLAGS.get(name))
-        accuracy = task.Accuracy(held, settings.eval_draws, palindromes, block=settings.block_size, canvas=True)
-        train(
-            arm,
-            train_rows,
-            Dataset.from_list(rows(held)),
-            checkpoint(where, settings, seed),
-            settings,
-            where,
-            noise=None,
-            evaluate=False,
-            record_params=False,
-            held_out=accuracy,
-            every=settings.every,
-        )
-    finally:
-        torch.set_num_threads(threads)
-    return {
-        "seed": seed,
-        "seconds": arm.seconds,
-        "measured": arm.measured,
-        "digest": task.digest(arm.log),
-        "early": task.digest(arm.log[: task.EARLY]),
-        "loss": arm.log[-1]["loss"],
-        "terms": [(entry.get("loss_diffusion"), entry.get("loss_ar")) for entry in arm.log[-1:]],
-    }
+    """One arm of one seed (`task.train_on_task`), its held-out items decoded block by block (`accuracy`) and over
+    the whole canvas (`canvas_accuracy`): {seed, seconds, measured, digest, early, loss, terms}."""
+    arm = Arm(name, settings.batch, settings.ga, WINDOW, seed=seed, flags=FLAGS.get(name))
+    where = os.path.join(workdir, f"{name}-{seed}")
+    run = task.train_on_task(settings, arm, where, checkpoint(where, settings, seed), settings.block_size, True)
+    return {**run, "terms": [(entry.get("loss_diffusion"), entry.get("loss_ar")) for entry in arm.log[-1:]]}
 
 
 # ---- the registered study ----------------------------------------------------------------------------------------
@@ -215,14 +181,10 @@ def verdict(result):
 def render(found):
     """The registered table (or progress, with no test, below the registered seed count)."""
     from ...proof import tables
+    from .registered import band
 
     result = analysis(found)
     seeds, done, first = result["seeds"], result["registered"], result["first_seed"]
-
-    def band(d, scale=100.0, digits=1):
-        if d["low"] is None:
-            return f"{scale * d['mean']:+.{digits}f}"
-        return f"{scale * d['mean']:+.{digits}f} [{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}]"
 
     header = [
         "decoded",

@@ -260,17 +260,19 @@ def verdict(hypothesis, found):
     )
 
 
+def band(d, scale=100.0, digits=1):
+    """A paired difference as a table shows it: the mean, and its interval where it has one (x scale, signed)."""
+    if d["low"] is None:
+        return f"{scale * d['mean']:+.{digits}f}"
+    return f"{scale * d['mean']:+.{digits}f} [{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}]"
+
+
 def render(found):
     """The registered table (or the progress table, with no test, below the registered seed count)."""
     from ...proof import tables
 
     result = analysis(found)
     seeds, registered, first = result["seeds"], result["registered"], result["first_seed"]
-
-    def band(d, scale=100.0, digits=1):
-        if d["low"] is None:
-            return f"{scale * d['mean']:+.{digits}f}"
-        return f"{scale * d['mean']:+.{digits}f} [{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}]"
 
     header = [
         "hypothesis",

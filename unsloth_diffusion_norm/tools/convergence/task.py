@@ -151,43 +151,49 @@ def digest(log):
 
 
 def train_arm(settings, seed, name, workdir):
-    """One arm of one seed, at one CPU thread whatever the machine (the learning jump moves with the thread count,
-    so a run does not depend on the cores or the number of workers): {seed, seconds, measured, digest, losses}."""
+    """One arm of one seed (`train_on_task`): {seed, seconds, measured, digest, early, loss}."""
+    ga = settings.ga * (2 if name == TWICE else 1)
+    normalization = MICROBATCH if name == MICROBATCH else WINDOW
+    arm = Arm(_label(name), settings.batch, ga, normalization, seed=seed, flags=FLAGS.get(name))
+    where = os.path.join(workdir, f"{name}-{seed}")
+    return train_on_task(settings, arm, where, checkpoint(where, settings, seed))
+
+
+def train_on_task(settings, arm, where, model, block=None, canvas=False):
+    """`arm` trained on the task's rows from the checkpoint `model`, at one CPU thread whatever the machine (the
+    learning jump moves with the thread count, so a run does not depend on the cores or the number of workers),
+    its held-out items measured every `settings.every` steps (`Accuracy`, `block` and `canvas` its decodings):
+    {seed, seconds, measured, digest, early, loss}."""
     import torch
     from datasets import Dataset
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        where = os.path.join(workdir, f"{name}-{seed}")
         train_rows = Dataset.from_list(rows(sequences(1, settings.train_rows, held=False)))
         held, palindromes = held_out(2, settings.held_rows)
-        ga = settings.ga * (2 if name == TWICE else 1)
-        normalization = MICROBATCH if name == MICROBATCH else WINDOW
-        arm = Arm(_label(name), settings.batch, ga, normalization, seed=seed, flags=FLAGS.get(name))
         train(
             arm,
             train_rows,
             Dataset.from_list(rows(held)),
-            checkpoint(where, settings, seed),
+            model,
             settings,
             where,
             noise=None,
             evaluate=False,
             record_params=False,
-            held_out=Accuracy(held, settings.eval_draws, palindromes),
+            held_out=Accuracy(held, settings.eval_draws, palindromes, block, canvas),
             every=settings.every,
         )
     finally:
         torch.set_num_threads(threads)
-    last = arm.log[-1]["loss"]
     return {
-        "seed": seed,
+        "seed": arm.seed,
         "seconds": arm.seconds,
         "measured": arm.measured,
         "digest": digest(arm.log),
         "early": digest(arm.log[:EARLY]),
-        "loss": last,
+        "loss": arm.log[-1]["loss"],
     }
 
 
